@@ -1,0 +1,57 @@
+"""The Python API (the CLI is a thin layer over it): load scenarios, run them, read results.
+
+    from bridge import api
+    result = api.run("scenarios/tiny-leafspine.yaml", out_dir="out")
+    result.flows.fct_ns.describe(); result.summary["events"]
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from .runner import run_child
+from .scenario import Scenario, load_scenario
+
+__all__ = ["RunResult", "load_scenario", "run", "read_results"]
+
+
+@dataclass
+class RunResult:
+    """A finished run: its summary and its tables (iterations is None for loose flows)."""
+
+    out_dir: Path | None
+    summary: dict
+    flows: pd.DataFrame
+    iterations: pd.DataFrame | None
+
+
+def read_results(out_dir: str | Path) -> RunResult:
+    """Read the files a run wrote into out_dir."""
+    out_dir = Path(out_dir)
+    iterations = out_dir / "iterations.csv"
+    return RunResult(out_dir=out_dir, summary=json.loads((out_dir / "summary.json").read_text()),
+                     flows=pd.read_csv(out_dir / "flows.csv", keep_default_na=False),
+                     iterations=pd.read_csv(iterations) if iterations.exists() else None)
+
+
+def run(scenario: str | Path | Scenario, out_dir: str | Path | None = None, *, seed: int | None = None,
+        stop_time_ns: int | None = None, timeout_s: float | None = None,
+        progress: Callable[[dict], None] | None = None) -> RunResult:
+    """Simulate a scenario (stock ns-3) in a child process; with out_dir=None nothing is kept."""
+    if not isinstance(scenario, Scenario):
+        scenario = load_scenario(scenario)  # validate here: errors surface before any child starts
+    payload = {"scenario": str(scenario.source_path), "seed": seed, "stop_time_ns": stop_time_ns}
+    if out_dir is not None:
+        run_child("bridge.simulation", payload, Path(out_dir), progress, timeout_s)
+        return read_results(out_dir)
+    with tempfile.TemporaryDirectory(prefix="wormhole-") as tmp:
+        run_child("bridge.simulation", payload, Path(tmp), progress, timeout_s)
+        result = read_results(tmp)
+        result.out_dir = None
+        return result

@@ -1,0 +1,101 @@
+"""`wormhole` command line: run and check scenarios. Errors print as one line, exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import __version__
+from .errors import WormholeError
+from .units import parse_time
+
+
+def _time_ns(text: str) -> int:
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from . import api
+
+    console = Console(stderr=True)
+    scenario = api.load_scenario(args.scenario)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("flows  sim {task.fields[sim]}"), TimeElapsedColumn(),
+                  console=console, disable=args.quiet, transient=False) as bar:
+        task = bar.add_task(scenario.name, total=None, sim="0 us")
+
+        def progress(p: dict) -> None:
+            bar.update(task, total=p["flows"], completed=p["flows_done"], sim=f"{p['sim_ns'] / 1e3:,.1f} us")
+
+        result = api.run(scenario, args.out, seed=args.seed, stop_time_ns=args.stop_time,
+                         timeout_s=args.timeout, progress=progress)
+    s = result.summary
+    wall = s["wall_s"]
+    console.print(f"{s['flows_finished']}/{s['flows']} flows, simulated {s['sim_time_ns'] / 1e3:,.1f} us, "
+                  f"{s['events']:,} events, wall {wall['total']:.1f} s (import {wall['import']:.1f}, "
+                  f"build {wall['build']:.1f}, loop {wall['loop']:.1f}) -> {args.out}")
+    if "iteration_time_ns" in s:
+        console.print("iteration times: " + ", ".join(f"{t / 1e6:.3f} ms" for t in s["iteration_time_ns"]))
+    if s["flows_finished"] < s["flows"]:
+        console.print(f"[red]{s['flows'] - s['flows_finished']} flows did not finish: {s['stop_reason']}")
+        return 1
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .scenario import load_scenario
+    from .simulation import build_workload
+    from .topology import build_topology
+
+    scenario = load_scenario(args.scenario)
+    topology = build_topology(scenario.topology)
+    workload = build_workload(scenario, topology)
+    flows = workload.flows
+    print(f"{scenario.name}: {topology.kind}, {len(topology.hosts)} hosts, {topology.n_nodes} nodes, "
+          f"{len(topology.links)} links; {len(flows)} flows, {sum(f.size for f in flows):,} bytes, "
+          f"{len(workload.tasks) - len(flows)} compute tasks, {workload.iterations} iterations; "
+          f"fingerprint {scenario.fingerprint()[:12]}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="wormhole", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"wormhole {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="simulate a scenario on ns-3 (stock mode)")
+    run.add_argument("scenario", type=Path)
+    run.add_argument("--out", type=Path, required=True, help="output folder")
+    run.add_argument("--seed", type=int, help="override the scenario's seed")
+    run.add_argument("--stop-time", type=_time_ns, help="cap on simulated time, e.g. 50ms")
+    run.add_argument("--timeout", type=float, help="wall-clock limit in seconds")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(handler=_run)
+
+    check = sub.add_parser("check", help="validate a scenario and print what it contains")
+    check.add_argument("scenario", type=Path)
+    check.set_defaults(handler=_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except WormholeError as exc:
+        print(f"wormhole: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("wormhole: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The run loop: workload executor (and, later, partitions, steady detection, fast-forward, memo)."""

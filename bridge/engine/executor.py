@@ -1,0 +1,180 @@
+"""Execute a workload DAG on the ns-3 network: start each task when its dependencies finish.
+
+Flows run in ns-3 packet by packet; compute tasks are timers kept here, in Python. ns-3 runs until
+the next decision time (a release time, a compute finish, the time cap) or until a flow completes
+(the sink stops the simulator after that event), so dependents start at the exact nanosecond
+their last dependency finished: the executor adds no delay of its own.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..ns3.network import Ns3Network
+from ..workload.dag import ComputeTask, FlowTask, Workload
+
+NEVER = np.iinfo(np.int64).max
+
+
+@dataclass
+class Execution:
+    """What happened to every task (times in ns; -1 for tasks that never started/finished)."""
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    flow_index: dict[int, int]          # task id -> flow index in the C++ flow table
+    connection_of: dict[int, int]       # task id -> connection id
+    own_connection: set[int]            # flows that opened their own connection (handshake in FCT)
+    workload_start_ns: int              # after persistent connections were established
+    sim_time_ns: int
+    events: int
+    loop_s: float
+    unfinished: list[int] = field(default_factory=list)
+    stop_reason: str = "done"
+
+
+ProgressFn = Callable[[int, int, int], None]   # (sim_ns, flows_done, flows_total)
+
+
+class Executor:
+    """Runs one workload on one built network (stock mode: every packet simulated)."""
+
+    def __init__(self, workload: Workload, net: Ns3Network, stop_time_ns: int | None,
+                 progress: ProgressFn | None = None, progress_every_s: float = 0.25):
+        self.workload = workload
+        self.net = net
+        self.stop_time_ns = stop_time_ns if stop_time_ns is not None else NEVER
+        self.progress = progress
+        self.progress_every_s = progress_every_s
+        tasks = workload.tasks
+        self.n = len(tasks)
+        self.flow_index = {t.id: i for i, t in enumerate(workload.flows)}
+        self.n_flows = len(self.flow_index)
+        self.dependents: list[list[int]] = [[] for _ in range(self.n)]
+        self.waiting = np.zeros(self.n, dtype=np.int64)
+        for t in tasks:
+            self.waiting[t.id] = len(t.deps)
+            for d in t.deps:
+                self.dependents[d].append(t.id)
+        self.start_ns = np.full(self.n, -1, dtype=np.int64)
+        self.end_ns = np.full(self.n, -1, dtype=np.int64)
+        self.ready: list[tuple[int, int]] = []        # (release time, task id)
+        self.computing: list[tuple[int, int]] = []    # (finish time, task id)
+        self.connections: dict[tuple[int, int], int] = {}
+        self.connection_of: dict[int, int] = {}
+        self.own_connection: set[int] = set()
+        self.flows_running = 0
+        self.flows_done = 0
+        self.done = 0
+        self._completed_buf = np.zeros(4096, dtype=np.uint32)
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def _open_persistent_connections(self) -> None:
+        """Connect every host pair of training traffic before the workload starts (as NCCL does)."""
+        pairs = sorted({(t.src, t.dst) for t in self.workload.flows if t.reuse_connection})
+        if not pairs:
+            return
+        for pair in pairs:
+            self.connections[pair] = int(self.net.flows.OpenConnection(*pair))
+        senders = [self.net.flows.GetSender(c) for c in self.connections.values()]
+        step = 1_000  # 1 us: handshakes take a few RTTs
+        while not all(s.IsConnected() for s in senders):
+            now = self.net.now_ns()
+            if now >= self.stop_time_ns:
+                raise RuntimeError("connections were not established before stop_time")
+            self.net.h.wh.RunUntil(now + step)
+
+    # -- task life cycle --------------------------------------------------------------------
+
+    def _release(self, task_id: int, at_ns: int) -> None:
+        task = self.workload.tasks[task_id]
+        heapq.heappush(self.ready, (max(task.release_ns, at_ns), task_id))
+
+    def _start(self, task_id: int, now: int) -> None:
+        task = self.workload.tasks[task_id]
+        self.start_ns[task_id] = now
+        if isinstance(task, ComputeTask):
+            heapq.heappush(self.computing, (now + task.duration_ns, task_id))
+            return
+        if task.reuse_connection:
+            conn = self.connections[(task.src, task.dst)]
+        else:
+            conn = int(self.net.flows.OpenConnection(task.src, task.dst))
+            self.own_connection.add(task_id)
+        self.connection_of[task_id] = conn
+        self.net.flows.StartFlow(self.flow_index[task_id], conn, task.size)
+        self.flows_running += 1
+
+    def _finish(self, task_id: int, at_ns: int) -> None:
+        self.end_ns[task_id] = at_ns
+        self.done += 1
+        for dep in self.dependents[task_id]:
+            self.waiting[dep] -= 1
+            if self.waiting[dep] == 0:
+                self._release(dep, at_ns)
+
+    def _collect_completed_flows(self) -> None:
+        table = self.net.flows.GetTable()
+        by_index = self.workload.flows
+        while True:
+            n = int(table.PopCompleted(self._completed_buf, len(self._completed_buf)))
+            for idx in self._completed_buf[:n]:
+                idx = int(idx)
+                self.flows_running -= 1
+                self.flows_done += 1
+                self._finish(by_index[idx].id, int(table.GetEndNs(idx)))
+            if n < len(self._completed_buf):
+                return
+
+    # -- main loop --------------------------------------------------------------------------
+
+    def run(self) -> Execution:
+        t0 = time.perf_counter()
+        self._open_persistent_connections()
+        workload_start = self.net.now_ns()
+        for t in self.workload.tasks:
+            if not t.deps:
+                self._release(t.id, workload_start)
+        run_until = self.net.h.wh.RunUntil
+        last_report = 0.0
+        stop_reason = "done"
+        while self.done < self.n:
+            now = self.net.now_ns()
+            while self.ready and self.ready[0][0] <= now:
+                self._start(heapq.heappop(self.ready)[1], now)
+            next_ns = min(self.ready[0][0] if self.ready else NEVER,
+                          self.computing[0][0] if self.computing else NEVER,
+                          self.stop_time_ns)
+            if next_ns == NEVER and self.flows_running == 0:
+                stop_reason = "stalled: no task can start"
+                break
+            if now >= self.stop_time_ns:
+                stop_reason = "stop_time reached"
+                break
+            run_until(int(next_ns))
+            now = self.net.now_ns()
+            self._collect_completed_flows()
+            while self.computing and self.computing[0][0] <= now:
+                finish, task_id = heapq.heappop(self.computing)
+                self._finish(task_id, finish)
+            if self.progress is not None:
+                wall = time.perf_counter()
+                if wall - last_report >= self.progress_every_s:
+                    last_report = wall
+                    self.progress(now, self.flows_done, self.n_flows)
+        if self.progress is not None:
+            self.progress(self.net.now_ns(), self.flows_done, self.n_flows)
+        finished = self.end_ns[self.end_ns >= 0]
+        sim_time = int(finished.max()) if finished.size else self.net.now_ns()
+        return Execution(
+            start_ns=self.start_ns, end_ns=self.end_ns, flow_index=self.flow_index,
+            connection_of=self.connection_of, own_connection=self.own_connection,
+            workload_start_ns=workload_start, sim_time_ns=sim_time, events=self.net.events(),
+            loop_s=time.perf_counter() - t0,
+            unfinished=[int(i) for i in np.flatnonzero(self.end_ns < 0)], stop_reason=stop_reason)

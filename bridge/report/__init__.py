@@ -1,0 +1,1 @@
+"""Tables, summaries and file formats of a run."""

@@ -1,0 +1,143 @@
+"""Per-flow and per-iteration tables, the HPCC fct.txt, and ideal (empty-network) FCTs."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+
+from ..engine.executor import Execution
+from ..topology import Topology
+from ..workload.dag import ComputeTask, Workload
+
+PPP_HEADER = 2  # PointToPointNetDevice adds a 2-byte PPP header to every frame
+
+FLOW_COLUMNS = ["flow_id", "src", "dst", "size_bytes", "start_ns", "end_ns", "fct_ns", "ideal_fct_ns",
+                "iteration", "collective", "group", "step"]
+COMM_KINDS = {"dp": ("dp_allreduce",), "pp": ("pp_fwd", "pp_bwd"), "ep": ("ep_dispatch", "ep_combine")}
+
+
+class IdealFct:
+    """FCT of a flow alone on the network along its shortest path.
+
+    ideal = one-way propagation + every packet serialized at the bottleneck + one packet
+    serialized at each other hop (store and forward), + one round trip when the flow opens its
+    own connection (the TCP handshake is part of its FCT).
+    """
+
+    def __init__(self, topology: Topology, mtu: int, mss: int):
+        self.graph = nx.Graph()
+        for link in topology.links:
+            self.graph.add_edge(link.a, link.b, rate=link.rate_bps, delay=link.delay_ns)
+        self.frame = mtu + PPP_HEADER
+        self.mss = mss
+
+    @lru_cache(maxsize=None)
+    def _path(self, src: int, dst: int) -> tuple[float, list[int]]:
+        nodes = nx.shortest_path(self.graph, src, dst)
+        edges = [self.graph.edges[u, v] for u, v in zip(nodes, nodes[1:])]
+        return float(sum(e["delay"] for e in edges)), [e["rate"] for e in edges]
+
+    def __call__(self, src: int, dst: int, size: int, handshake: bool) -> int:
+        delay, rates = self._path(src, dst)
+        packets = -(-size // self.mss)
+        wire_bits = (size + packets * (self.frame - self.mss)) * 8
+        bottleneck = min(rates)
+        ns = delay + wire_bits / bottleneck * 1e9
+        ns += sum(self.frame * 8 / r * 1e9 for r in rates) - self.frame * 8 / bottleneck * 1e9
+        if handshake:
+            ns += 2 * delay
+        return int(round(ns))
+
+
+def flows_frame(workload: Workload, run: Execution, ideal: IdealFct) -> pd.DataFrame:
+    rows = []
+    for f in workload.flows:
+        start, end = int(run.start_ns[f.id]), int(run.end_ns[f.id])
+        rows.append((f.id, f.src, f.dst, f.size, start, end, end - start if end >= 0 else -1,
+                     ideal(f.src, f.dst, f.size, f.id in run.own_connection),
+                     f.iteration, f.collective, f.group, f.step))
+    return pd.DataFrame(rows, columns=FLOW_COLUMNS)
+
+
+def write_fct_txt(flows: pd.DataFrame, path: Path) -> None:
+    """HPCC format: `sip dip sport dport size start_ns fct_ns ideal_fct_ns`, host n = 0b00nn01."""
+    with open(path, "w") as out:
+        for r in flows.itertuples(index=False):
+            if r.end_ns < 0:
+                continue
+            out.write(f"{0x0b000001 + (r.src << 8):08x} {0x0b000001 + (r.dst << 8):08x} "
+                      f"10000 100 {r.size_bytes} {r.start_ns} {r.fct_ns} {r.ideal_fct_ns}\n")
+
+
+def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for s, e in sorted(intervals):
+        if merged and s <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((s, e))
+    return merged
+
+
+def _length(intervals: list[tuple[int, int]]) -> int:
+    return sum(e - s for s, e in intervals)
+
+
+def _exposed(comm: list[tuple[int, int]], compute: list[tuple[int, int]]) -> int:
+    """Length of the communication intervals not covered by compute intervals."""
+    comm, compute = _union(comm), _union(compute)
+    covered = 0
+    for s, e in comm:
+        for cs, ce in compute:
+            covered += max(0, min(e, ce) - max(s, cs))
+    return _length(comm) - covered
+
+
+def iterations_frame(workload: Workload, run: Execution) -> pd.DataFrame:
+    """One row per training iteration.
+
+    compute_ns is the busiest GPU's compute time; exposed_<dp|pp|ep>_ns is, on the GPU where it is
+    largest, the time that GPU sends or receives that kind of traffic while not computing.
+    """
+    rows = []
+    for it in range(workload.iterations):
+        tasks = [t for t in workload.tasks if t.iteration == it]
+        starts = run.start_ns[[t.id for t in tasks]]
+        ends = run.end_ns[[t.id for t in tasks]]
+        finished = bool((ends >= 0).all())
+        start, end = int(starts[starts >= 0].min()), int(ends.max()) if finished else -1
+        compute: dict[int, list[tuple[int, int]]] = {}
+        comm: dict[str, dict[int, list[tuple[int, int]]]] = {k: {} for k in COMM_KINDS}
+        for t in tasks:
+            span = (int(run.start_ns[t.id]), int(run.end_ns[t.id]))
+            if isinstance(t, ComputeTask):
+                compute.setdefault(t.host, []).append(span)
+                continue
+            for kind, collectives in COMM_KINDS.items():
+                if t.collective in collectives:
+                    for host in (t.src, t.dst):
+                        comm[kind].setdefault(host, []).append(span)
+        row = {"iteration": it, "start_ns": start, "end_ns": end,
+               "time_ns": end - start if finished else -1,
+               "compute_ns": max((_length(_union(v)) for v in compute.values()), default=0)}
+        for kind, per_host in comm.items():
+            row[f"exposed_{kind}_ns"] = max(
+                (_exposed(spans, compute.get(host, [])) for host, spans in per_host.items()), default=0)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["iteration", "start_ns", "end_ns", "time_ns", "compute_ns",
+                                       "exposed_dp_ns", "exposed_pp_ns", "exposed_ep_ns"])
+
+
+def fct_stats(flows: pd.DataFrame) -> dict:
+    done = flows[flows.end_ns >= 0]
+    if done.empty:
+        return {}
+    slowdown = done.fct_ns / done.ideal_fct_ns
+    return {"fct_mean_ns": float(done.fct_ns.mean()), "fct_p50_ns": float(done.fct_ns.median()),
+            "fct_p99_ns": float(np.percentile(done.fct_ns, 99)), "fct_max_ns": int(done.fct_ns.max()),
+            "slowdown_mean": float(slowdown.mean()), "slowdown_p99": float(np.percentile(slowdown, 99))}
+

@@ -1,0 +1,104 @@
+"""Run each simulation in a child process.
+
+ns-3 asserts call abort(), which no Python code can catch; in a child, an abort becomes a clear
+`SimulationError` here. The child writes into a private folder inside the output folder; its
+files replace the old ones only when it succeeded, so a failed run never damages earlier results.
+The child reports progress and its summary as JSON lines on stdout, prefixed with `@wormhole `.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Callable
+
+from .errors import SimulationError, WormholeError
+
+PREFIX = "@wormhole "
+ProgressFn = Callable[[dict], None]
+
+# What ns-3 and the C++ runtime print when they abort, most telling first.
+_ABORT_PATTERNS = [r"NS_ASSERT failed.*", r"NS_FATAL.*", r"msg=.*", r"aborted\..*", r"terminate called.*",
+                   r"what\(\):.*", r"Segmentation fault.*"]
+
+
+def _abort_message(stderr: str) -> str:
+    for pattern in _ABORT_PATTERNS:
+        match = re.search(pattern, stderr)
+        if match:
+            return " ".join(match.group(0).split())[:300]
+    lines = [ln for ln in stderr.splitlines() if ln.strip() and "materialize symbols" not in ln]
+    return lines[-1].strip()[:300] if lines else "no message"
+
+
+def run_child(module: str, payload: dict, out_dir: Path, progress: ProgressFn | None = None,
+              timeout_s: float | None = None) -> dict:
+    """Run `python -m module <payload json>` with a private output folder inside out_dir.
+
+    Returns the child's final `result` message; its files are then moved into out_dir.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
+    payload = {**payload, "out": str(work)}
+    stderr_path = work / ".stderr"
+    result: dict | None = None
+    error: str | None = None
+    try:
+        with open(stderr_path, "w+") as stderr:
+            proc = subprocess.Popen([sys.executable, "-m", module, json.dumps(payload)],
+                                    stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=work,
+                                    start_new_session=True)
+            timer = None
+            if timeout_s:
+                timer = threading.Timer(timeout_s, lambda: os.killpg(proc.pid, signal.SIGKILL))
+                timer.start()
+            for line in proc.stdout:
+                if not line.startswith(PREFIX):
+                    continue
+                message = json.loads(line[len(PREFIX):])
+                if "progress" in message and progress is not None:
+                    progress(message["progress"])
+                result = message.get("result", result)
+                error = message.get("error", error)
+            rc = proc.wait()
+            if timer is not None:
+                timer.cancel()
+            stderr.seek(0)
+            stderr_text = stderr.read()
+        if error is not None:
+            raise WormholeError(error)
+        if rc != 0 or result is None:
+            if rc == -signal.SIGKILL and timeout_s:
+                raise SimulationError(f"simulation exceeded the {timeout_s:g} s time limit and was stopped")
+            how = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
+            raise SimulationError(f"ns-3 child process failed ({how}): {_abort_message(stderr_text)}")
+        for item in work.iterdir():
+            if not item.name.startswith("."):
+                os.replace(item, out_dir / item.name)
+        return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def child_main(run: Callable[[dict, ProgressFn], dict]) -> None:
+    """Entry point of a child: parse the payload, run, report; WormholeErrors become messages."""
+    def send(message: dict) -> None:
+        sys.stdout.write(PREFIX + json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+    payload = json.loads(sys.argv[1])
+    try:
+        result = run(payload, lambda p: send({"progress": p}))
+    except WormholeError as exc:
+        send({"error": str(exc)})
+        sys.exit(2)
+    send({"result": result})

@@ -1,0 +1,198 @@
+"""The scenario schema: frozen pydantic models holding parsed values (bps, ns, bytes as ints).
+
+Attributes are named as the YAML keys; their units are fixed: rates in bps, times in ns, sizes in
+bytes, queue thresholds in packets. Every model forbids unknown keys. These models check
+each value on its own; `bridge.scenario.load` adds the checks across fields and files, and is the
+only way to get a `Scenario` that is guaranteed valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+)
+
+from bridge.scenario.training import TrainingSpec
+from bridge.units import parse_rate, parse_size, parse_time
+
+_U32 = 2**32 - 1   # ns-3 attributes such as TcpSocket::SndBufSize are uint32
+_I64 = 2**63 - 1   # ns-3 Time is an int64 count of ns
+
+
+def _bounded(parse, lo: int, hi: int):
+    """A before-validator: parse a unit string, then check lo <= value <= hi, quoting the input."""
+    def check(value):
+        n = parse(value)
+        if n < lo:
+            raise ValueError(f"{value!r} must be {'> 0' if lo == 1 else f'>= {lo}'}")
+        if n > hi:
+            raise ValueError(f"{value!r} is too large (max {hi})")
+        return n
+    return BeforeValidator(check)
+
+
+RateBps = Annotated[int, _bounded(parse_rate, 1, 2**64 - 1)]
+DelayNs = Annotated[int, _bounded(parse_time, 0, _I64)]
+DurationNs = Annotated[int, _bounded(parse_time, 1, _I64)]
+SizeBytes = Annotated[int, _bounded(parse_size, 1, 2**64 - 1)]
+BufferBytes = Annotated[int, _bounded(parse_size, 1, _U32)]
+Count = Annotated[StrictInt, Field(ge=1, le=_U32)]
+NodeId = Annotated[StrictInt, Field(ge=0)]
+
+
+def _resolve_file(value: object, info: ValidationInfo) -> Path:
+    """Resolve a referenced file against the scenario's directory; it must exist."""
+    if not isinstance(value, (str, Path)) or not str(value).strip():
+        raise ValueError(f"{value!r} is not a file path")
+    base = Path((info.context or {}).get("base_dir", "."))
+    path = (base / value).resolve()
+    if not path.is_file():
+        raise ValueError(f"{str(value)!r} not found (looked for {str(path)!r})")
+    return path
+
+
+FilePath = Annotated[Path, BeforeValidator(_resolve_file)]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LinkSpec(_Spec):
+    """Rate and one-way propagation delay of a class of links."""
+
+    rate: RateBps
+    delay: DelayNs
+
+
+class LeafSpineSpec(_Spec):
+    """Two-tier Clos. After loading, `fabric_link` is always set (derived from oversubscription
+    if omitted, with the host link's delay)."""
+
+    kind: Literal["leaf-spine"]
+    leaves: Count
+    spines: Count
+    hosts_per_leaf: Count
+    host_link: LinkSpec
+    fabric_link: LinkSpec | None = None
+    oversubscription: Annotated[StrictFloat, Field(gt=0, allow_inf_nan=False)] | None = None
+
+
+def _even(k: int) -> int:
+    if k % 2:
+        raise ValueError(f"k must be even (got {k})")
+    return k
+
+
+class FatTreeSpec(_Spec):
+    """k-ary fat-tree; `fabric_link` is every switch-switch link."""
+
+    kind: Literal["fat-tree"]
+    k: Annotated[StrictInt, Field(ge=2, le=1000), AfterValidator(_even)]
+    host_link: LinkSpec
+    fabric_link: LinkSpec
+
+
+class RoftSpec(_Spec):
+    """Rail-optimized fat-tree; one host per GPU. After loading, `servers_per_leaf` is set."""
+
+    kind: Literal["roft"]
+    servers: Count
+    gpus_per_server: Count
+    servers_per_leaf: Count | None = None
+    spines: Count
+    host_link: LinkSpec
+    fabric_link: LinkSpec
+
+
+class HpccTopologySpec(_Spec):
+    """An HPCC topology.txt; `file` is resolved to an absolute path."""
+
+    kind: Literal["hpcc"]
+    file: FilePath
+
+
+TopologySpec = Annotated[
+    Union[LeafSpineSpec, FatTreeSpec, RoftSpec, HpccTopologySpec], Field(discriminator="kind")
+]
+
+
+class TransportSpec(_Spec):
+    """TCP and queue settings for every host and port. ECN thresholds left None are derived from
+    the link rate by the ns-3 builder."""
+
+    kind: Literal["dctcp", "newreno", "cubic"] = "dctcp"
+    mtu: Annotated[StrictInt, Field(ge=576, le=9216)] = 1500        # bytes
+    timestamps: StrictBool = True
+    min_rto: DurationNs = 1_000_000                                  # ns
+    delayed_ack_timeout: DelayNs = 10_000                            # ns
+    delayed_ack_count: Count = 2
+    initial_cwnd: Count = 10                                         # segments
+    send_buffer: BufferBytes = 2_000_000                             # bytes
+    recv_buffer: BufferBytes = 2_000_000                             # bytes
+    queue_size: Annotated[StrictInt, Field(ge=10, le=_U32)] = 1000  # packets per port
+    ecn_kmin: Count | None = None                                    # packets
+    ecn_kmax: Count | None = None                                    # packets
+
+
+class FlowSpec(_Spec):
+    """One loose flow: `size` bytes from host `src` to host `dst`, starting at `start` ns."""
+
+    src: NodeId
+    dst: NodeId
+    size: SizeBytes
+    start: DelayNs = 0
+
+
+class Scenario(_Spec):
+    """A parsed scenario. Build it with `load_scenario` / `parse_scenario_dict`, which guarantee:
+
+    - exactly one workload: `flows` (inline or read from `flow_file`) or `training`;
+    - every flow runs between two distinct hosts of the topology;
+    - the topology is connected, its files parse, and its size is within the caps;
+    - `topology.fabric_link` (leaf-spine) and `topology.servers_per_leaf` (roft) are set;
+    - ecn_kmin <= ecn_kmax <= queue_size where given.
+    """
+
+    name: Annotated[StrictStr, Field(min_length=1)]
+    seed: Annotated[StrictInt, Field(ge=0, le=_U32)] = 1
+    topology: TopologySpec
+    transport: TransportSpec = TransportSpec()
+    flows: tuple[FlowSpec, ...] | None = None
+    flow_file: FilePath | None = None
+    training: TrainingSpec | None = None
+    stop_time: DurationNs | None = None                              # ns
+    _source_path: Path | None = PrivateAttr(None)
+
+    @property
+    def source_path(self) -> Path | None:
+        """The scenario file this was loaded from (None for a dict without a file)."""
+        return self._source_path
+
+    def fingerprint(self) -> str:
+        """sha256 hex of a canonical JSON of the parsed scenario.
+
+        Referenced files count by content (sha256), not by path, so a moved scenario keeps its
+        fingerprint; `source_path` is left out. Flows read from `flow_file` are in `flows` too.
+        """
+        data = self.model_dump(mode="json")
+        for holder, key in ((data, "flow_file"), (data["topology"], "file")):
+            if holder.get(key):
+                holder[key] = {"sha256": hashlib.sha256(Path(holder[key]).read_bytes()).hexdigest()}
+        canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()

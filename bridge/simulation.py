@@ -1,0 +1,107 @@
+"""One simulation in this process: scenario -> ns-3 network -> executed workload -> output files.
+
+This is what the child process runs (see bridge.runner); it imports ns-3, which may abort the
+process on an ns-3 assert, so the CLI and the API never call it in their own process.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import __version__
+from .engine.executor import Executor
+from .ns3.loader import load, ns3_version
+from .ns3.network import build_network, configure_transport, segment_size
+from .report.tables import IdealFct, fct_stats, flows_frame, iterations_frame, write_fct_txt
+from .scenario import Scenario
+from .topology import Topology, build_topology
+from .workload.dag import Workload
+from .workload.flows import load_flows
+
+DEFAULT_STOP_TIME_NS = 100 * 10**9  # a cap so that a stalled run ends; scenarios may set stop_time
+
+
+@dataclass
+class RunOptions:
+    seed: int | None = None        # overrides the scenario's seed
+    stop_time_ns: int | None = None
+
+
+def build_workload(scenario: Scenario, topology: Topology) -> Workload:
+    if scenario.training is not None:
+        from .workload.training import build_training
+
+        return build_training(scenario.training, topology.hosts,
+                              getattr(scenario.topology, "gpus_per_server", None),
+                              scenario.source_path)
+    return load_flows(scenario)
+
+
+def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
+             progress: Callable[[int, int, int], None] | None = None) -> dict:
+    """Run the scenario in this process, write flows.csv, fct.txt, iterations.csv, summary.json."""
+    t0 = time.perf_counter()
+    topology = build_topology(scenario.topology)
+    workload = build_workload(scenario, topology)
+    seed = scenario.seed if options.seed is None else options.seed
+    t_import = time.perf_counter()
+    h = load()
+    import_s = time.perf_counter() - t_import
+    t_build = time.perf_counter()
+    configure_transport(h, scenario.transport, seed)
+    net = build_network(h, topology, scenario.transport, len(workload.flows))
+    build_s = time.perf_counter() - t_build
+    stop = options.stop_time_ns or scenario.stop_time or DEFAULT_STOP_TIME_NS
+    run = Executor(workload, net, stop, progress).run()
+
+    ideal = IdealFct(topology, scenario.transport.mtu, segment_size(scenario.transport))
+    flows = flows_frame(workload, run, ideal)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    flows.to_csv(out_dir / "flows.csv", index=False)
+    write_fct_txt(flows, out_dir / "fct.txt")
+    summary = {
+        "scenario": scenario.name,
+        "scenario_file": str(scenario.source_path),
+        "scenario_fingerprint": scenario.fingerprint(),
+        "seed": seed,
+        "mode": "stock",
+        "flows": len(flows),
+        "flows_finished": int((flows.end_ns >= 0).sum()),
+        "bytes": int(flows.size_bytes.sum()),
+        "tasks": len(workload.tasks),
+        "sim_time_ns": run.sim_time_ns,
+        "workload_start_ns": run.workload_start_ns,
+        "events": run.events,
+        "stop_reason": run.stop_reason,
+        "fct": fct_stats(flows),
+        "wall_s": {"import": round(import_s, 3), "build": round(build_s, 3),
+                   "loop": round(run.loop_s, 3), "total": round(time.perf_counter() - t0, 3)},
+        "events_per_s": round(run.events / run.loop_s) if run.loop_s > 0 else None,
+        "versions": {"wormhole": __version__, "ns3": ns3_version(), "python": platform.python_version()},
+    }
+    if workload.iterations:
+        iterations = iterations_frame(workload, run)
+        iterations.to_csv(out_dir / "iterations.csv", index=False)
+        summary["iteration_time_ns"] = [int(x) for x in iterations.time_ns]
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _child(payload: dict, progress: Callable[[dict], None]) -> dict:
+    from .scenario import load_scenario
+
+    scenario = load_scenario(payload["scenario"])
+    options = RunOptions(seed=payload.get("seed"), stop_time_ns=payload.get("stop_time_ns"))
+    return simulate(scenario, Path(payload["out"]), options,
+                    lambda now, done, total: progress({"sim_ns": now, "flows_done": done, "flows": total}))
+
+
+if __name__ == "__main__":
+    from .runner import child_main
+
+    child_main(_child)

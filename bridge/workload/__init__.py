@@ -1,0 +1,1 @@
+"""Workloads: loose flow lists and LLM-training DAGs."""

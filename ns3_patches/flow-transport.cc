@@ -1,0 +1,424 @@
+#include "flow-transport.h"
+
+#include <algorithm>
+
+namespace wormhole
+{
+using namespace ns3;
+
+// ---- FlowTable ----------------------------------------------------------------------------
+
+FlowTable::FlowTable(uint32_t nFlows)
+    : m_flows(nFlows)
+{
+}
+
+uint32_t
+FlowTable::GetNFlows() const
+{
+    return m_flows.size();
+}
+
+uint64_t
+FlowTable::GetSize(uint32_t flow) const
+{
+    return m_flows.at(flow).size;
+}
+
+uint64_t
+FlowTable::GetDelivered(uint32_t flow) const
+{
+    return m_flows.at(flow).delivered;
+}
+
+uint64_t
+FlowTable::GetSkipped(uint32_t flow) const
+{
+    return m_flows.at(flow).skipped;
+}
+
+int64_t
+FlowTable::GetStartNs(uint32_t flow) const
+{
+    return m_flows.at(flow).startNs;
+}
+
+int64_t
+FlowTable::GetEndNs(uint32_t flow) const
+{
+    return m_flows.at(flow).endNs;
+}
+
+uint32_t
+FlowTable::PopCompleted(uint32_t* out, uint32_t cap)
+{
+    uint32_t n = 0;
+    while (m_completedRead < m_completed.size() && n < cap)
+    {
+        out[n++] = m_completed[m_completedRead++];
+    }
+    if (m_completedRead == m_completed.size())
+    {
+        m_completed.clear();
+        m_completedRead = 0;
+    }
+    return n;
+}
+
+void
+FlowTable::ReadDelivered(uint64_t* out) const
+{
+    for (size_t i = 0; i < m_flows.size(); i++)
+    {
+        out[i] = m_flows[i].delivered;
+    }
+}
+
+void
+FlowTable::OnStart(uint32_t flow, uint64_t size)
+{
+    Flow& f = m_flows.at(flow);
+    f.size = size;
+    f.startNs = Simulator::Now().GetNanoSeconds();
+}
+
+void
+FlowTable::OnDelivered(uint32_t flow, uint64_t bytes)
+{
+    m_flows[flow].delivered += bytes;
+}
+
+void
+FlowTable::OnSkipped(uint32_t flow, uint64_t bytes)
+{
+    m_flows[flow].skipped += bytes;
+}
+
+void
+FlowTable::OnComplete(uint32_t flow)
+{
+    m_flows[flow].endNs = Simulator::Now().GetNanoSeconds();
+    m_completed.push_back(flow);
+    Simulator::Stop(); // after this event: the control plane releases dependents at this time
+}
+
+// ---- FlowSender ---------------------------------------------------------------------------
+
+NS_OBJECT_ENSURE_REGISTERED(FlowSender);
+
+TypeId
+FlowSender::GetTypeId()
+{
+    static TypeId tid = TypeId("wormhole::FlowSender")
+                            .SetParent<Application>()
+                            .SetGroupName("Wormhole")
+                            .AddConstructor<FlowSender>();
+    return tid;
+}
+
+void
+FlowSender::Setup(FlowTable* table, std::shared_ptr<DeliveryQueue> delivery, const Address& peer)
+{
+    m_table = table;
+    m_delivery = std::move(delivery);
+    m_peer = peer;
+}
+
+void
+FlowSender::Enqueue(uint32_t flow, uint64_t bytes)
+{
+    m_table->OnStart(flow, bytes);
+    m_unsent.emplace_back(flow, bytes);
+    m_delivery->pending.emplace_back(flow, bytes);
+    if (m_connected)
+    {
+        Push();
+    }
+}
+
+uint64_t
+FlowSender::Skip(uint32_t flow, uint64_t bytes)
+{
+    auto unsent = std::find_if(m_unsent.begin(), m_unsent.end(), [flow](const auto& e) {
+        return e.first == flow;
+    });
+    if (unsent == m_unsent.end())
+    {
+        return 0;
+    }
+    uint64_t n = std::min(bytes, unsent->second);
+    unsent->second -= n;
+    if (unsent->second == 0)
+    {
+        m_unsent.erase(unsent);
+    }
+    auto pending = std::find_if(m_delivery->pending.begin(),
+                                m_delivery->pending.end(),
+                                [flow](const auto& e) { return e.first == flow; });
+    pending->second -= n; // never below zero: unsent bytes are a part of bytes still to arrive
+    m_skipped += n;
+    m_table->OnSkipped(flow, n);
+    return n;
+}
+
+uint64_t
+FlowSender::GetSent() const
+{
+    return m_sent;
+}
+
+uint64_t
+FlowSender::GetAcked() const
+{
+    Ptr<TcpSocketBase> tcp = DynamicCast<TcpSocketBase>(m_socket);
+    if (!tcp || !tcp->GetTxBuffer())
+    {
+        return 0;
+    }
+    // The sequence space starts at 1 after the SYN.
+    return tcp->GetTxBuffer()->HeadSequence().GetValue() - 1;
+}
+
+uint64_t
+FlowSender::GetSkipped() const
+{
+    return m_skipped;
+}
+
+uint64_t
+FlowSender::GetUnsent() const
+{
+    uint64_t total = 0;
+    for (const auto& e : m_unsent)
+    {
+        total += e.second;
+    }
+    return total;
+}
+
+bool
+FlowSender::IsConnected() const
+{
+    return m_connected;
+}
+
+void
+FlowSender::StartApplication()
+{
+    m_socket = Socket::CreateSocket(GetNode(), TcpSocketFactory::GetTypeId());
+    m_socket->Bind();
+    m_socket->ShutdownRecv();
+    m_socket->SetConnectCallback(MakeCallback(&FlowSender::ConnectionSucceeded, this),
+                                 MakeCallback(&FlowSender::ConnectionFailed, this));
+    m_socket->SetSendCallback(MakeCallback(&FlowSender::SpaceAvailable, this));
+    m_socket->Connect(m_peer);
+}
+
+void
+FlowSender::StopApplication()
+{
+    if (m_socket)
+    {
+        m_socket->Close();
+    }
+}
+
+void
+FlowSender::ConnectionSucceeded(Ptr<Socket>)
+{
+    m_connected = true;
+    Push();
+}
+
+void
+FlowSender::ConnectionFailed(Ptr<Socket>)
+{
+    m_connected = false; // flows stay unfinished; the control plane reports them
+}
+
+void
+FlowSender::SpaceAvailable(Ptr<Socket>, uint32_t)
+{
+    if (m_connected)
+    {
+        Push();
+    }
+}
+
+void
+FlowSender::Push()
+{
+    while (!m_unsent.empty())
+    {
+        auto& head = m_unsent.front();
+        uint64_t n = std::min<uint64_t>({head.second, kChunk, m_socket->GetTxAvailable()});
+        if (n == 0)
+        {
+            break;
+        }
+        int written = m_socket->Send(Create<Packet>(n));
+        if (written <= 0)
+        {
+            break;
+        }
+        head.second -= written;
+        m_sent += written;
+        if (head.second == 0)
+        {
+            m_unsent.pop_front();
+        }
+    }
+}
+
+// ---- FlowSink -----------------------------------------------------------------------------
+
+NS_OBJECT_ENSURE_REGISTERED(FlowSink);
+
+TypeId
+FlowSink::GetTypeId()
+{
+    static TypeId tid = TypeId("wormhole::FlowSink")
+                            .SetParent<Application>()
+                            .SetGroupName("Wormhole")
+                            .AddConstructor<FlowSink>();
+    return tid;
+}
+
+void
+FlowSink::Setup(FlowTable* table, std::shared_ptr<DeliveryQueue> delivery, uint16_t port)
+{
+    m_table = table;
+    m_delivery = std::move(delivery);
+    m_port = port;
+}
+
+void
+FlowSink::Deliver(uint64_t bytes)
+{
+    auto& pending = m_delivery->pending;
+    while (!pending.empty())
+    {
+        auto& head = pending.front();
+        uint64_t n = std::min(bytes, head.second);
+        head.second -= n;
+        bytes -= n;
+        if (n > 0)
+        {
+            m_table->OnDelivered(head.first, n);
+        }
+        if (head.second > 0)
+        {
+            break;
+        }
+        m_table->OnComplete(head.first);
+        pending.pop_front();
+    }
+}
+
+void
+FlowSink::StartApplication()
+{
+    m_listener = Socket::CreateSocket(GetNode(), TcpSocketFactory::GetTypeId());
+    m_listener->Bind(InetSocketAddress(Ipv4Address::GetAny(), m_port));
+    m_listener->Listen();
+    m_listener->ShutdownSend();
+    m_listener->SetAcceptCallback(MakeNullCallback<bool, Ptr<Socket>, const Address&>(),
+                                  MakeCallback(&FlowSink::Accept, this));
+}
+
+void
+FlowSink::StopApplication()
+{
+    if (m_listener)
+    {
+        m_listener->Close();
+    }
+}
+
+void
+FlowSink::Accept(Ptr<Socket> socket, const Address&)
+{
+    socket->SetRecvCallback(MakeCallback(&FlowSink::Receive, this));
+    m_accepted.push_back(socket);
+}
+
+void
+FlowSink::Receive(Ptr<Socket> socket)
+{
+    while (Ptr<Packet> packet = socket->Recv())
+    {
+        if (packet->GetSize() == 0)
+        {
+            break;
+        }
+        Deliver(packet->GetSize());
+    }
+}
+
+// ---- FlowManager --------------------------------------------------------------------------
+
+FlowManager::FlowManager(NetworkBuilder* network, uint32_t nFlows)
+    : m_network(network),
+      m_table(nFlows),
+      m_nextPort(network->GetNNodes(), 1024)
+{
+}
+
+uint32_t
+FlowManager::OpenConnection(uint32_t src, uint32_t dst)
+{
+    uint16_t port = m_nextPort.at(dst)++;
+    NS_ABORT_MSG_IF(port == 0, "more than 64511 connections into node " << dst);
+    auto delivery = std::make_shared<DeliveryQueue>();
+
+    Ptr<FlowSink> sink = CreateObject<FlowSink>();
+    sink->Setup(&m_table, delivery, port);
+    m_network->GetNode(dst)->AddApplication(sink);
+    sink->SetStartTime(Seconds(0)); // relative to now when added during the run
+
+    Ptr<FlowSender> sender = CreateObject<FlowSender>();
+    sender->Setup(&m_table, delivery, InetSocketAddress(m_network->GetAddress(dst), port));
+    m_network->GetNode(src)->AddApplication(sender);
+    sender->SetStartTime(Seconds(0));
+
+    m_senders.push_back(sender);
+    m_srcNode.push_back(src);
+    return m_senders.size() - 1;
+}
+
+void
+FlowManager::StartFlow(uint32_t flow, uint32_t conn, uint64_t bytes)
+{
+    Simulator::ScheduleWithContext(m_srcNode.at(conn),
+                                   Seconds(0),
+                                   &FlowSender::Enqueue,
+                                   m_senders[conn],
+                                   flow,
+                                   bytes);
+}
+
+uint64_t
+FlowManager::SkipFlow(uint32_t flow, uint32_t conn, uint64_t bytes)
+{
+    return m_senders.at(conn)->Skip(flow, bytes);
+}
+
+FlowTable&
+FlowManager::GetTable()
+{
+    return m_table;
+}
+
+uint32_t
+FlowManager::GetNConnections() const
+{
+    return m_senders.size();
+}
+
+Ptr<FlowSender>
+FlowManager::GetSender(uint32_t conn) const
+{
+    return m_senders.at(conn);
+}
+
+} // namespace wormhole

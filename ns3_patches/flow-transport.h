@@ -1,0 +1,156 @@
+// Flows over TCP connections: a sender with a shrinkable byte budget, a sink that attributes
+// delivered bytes to flows and announces completions, and a table the control plane reads.
+//
+// A connection carries one or more flows in FIFO order (a loose flow gets its own connection;
+// training traffic reuses one connection per host pair, as collective libraries keep theirs open).
+// The sender writes each flow's bytes into the socket; the sink counts bytes in arrival order and
+// closes a flow when its last byte arrives. Skipping bytes (fast-forward) removes unsent bytes of a
+// flow from both ends, so the byte stream stays consistent and the skipped bytes never exist in
+// the packet simulation. Completing a flow stops the simulator after the current event so the
+// control plane can release dependent work at that exact time.
+#ifndef WORMHOLE_FLOW_TRANSPORT_H
+#define WORMHOLE_FLOW_TRANSPORT_H
+
+#include "network-builder.h"
+
+#include "ns3/applications-module.h"
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+namespace wormhole
+{
+
+/// Per-flow state shared by senders, sinks, the probe and the control plane.
+class FlowTable
+{
+  public:
+    explicit FlowTable(uint32_t nFlows);
+
+    uint32_t GetNFlows() const;
+    uint64_t GetSize(uint32_t flow) const;
+    uint64_t GetDelivered(uint32_t flow) const;
+    uint64_t GetSkipped(uint32_t flow) const;
+    int64_t GetStartNs(uint32_t flow) const;
+    int64_t GetEndNs(uint32_t flow) const;
+    /// Copy the ids of flows completed since the last call into out (at most cap); returns count.
+    uint32_t PopCompleted(uint32_t* out, uint32_t cap);
+    /// Delivered bytes of every flow into out[0..nFlows).
+    void ReadDelivered(uint64_t* out) const;
+
+    // Model side.
+    void OnStart(uint32_t flow, uint64_t size);
+    void OnDelivered(uint32_t flow, uint64_t bytes);
+    void OnSkipped(uint32_t flow, uint64_t bytes);
+    void OnComplete(uint32_t flow);
+
+  private:
+    struct Flow
+    {
+        uint64_t size = 0;
+        uint64_t delivered = 0;
+        uint64_t skipped = 0;
+        int64_t startNs = -1;
+        int64_t endNs = -1;
+    };
+
+    std::vector<Flow> m_flows;
+    std::vector<uint32_t> m_completed;
+    size_t m_completedRead = 0;
+};
+
+/// Bytes still to arrive per flow on one connection, in send order (shared by sender and sink).
+struct DeliveryQueue
+{
+    std::deque<std::pair<uint32_t, uint64_t>> pending; //!< (flow, bytes still to arrive)
+};
+
+/// Sends queued flows over one TCP connection to a FlowSink.
+class FlowSender : public ns3::Application
+{
+  public:
+    static ns3::TypeId GetTypeId();
+
+    void Setup(FlowTable* table, std::shared_ptr<DeliveryQueue> delivery, const ns3::Address& peer);
+    /// Append a flow of `bytes` behind the flows already queued on this connection.
+    void Enqueue(uint32_t flow, uint64_t bytes);
+    /// Remove up to `bytes` not yet written of `flow`; returns the bytes removed.
+    uint64_t Skip(uint32_t flow, uint64_t bytes);
+
+    uint64_t GetSent() const;    //!< bytes written into the socket
+    uint64_t GetAcked() const;   //!< bytes acknowledged by the receiver
+    uint64_t GetSkipped() const; //!< bytes removed by Skip
+    uint64_t GetUnsent() const;  //!< bytes queued, not yet written
+    bool IsConnected() const;
+
+  private:
+    void StartApplication() override;
+    void StopApplication() override;
+    void ConnectionSucceeded(ns3::Ptr<ns3::Socket> socket);
+    void ConnectionFailed(ns3::Ptr<ns3::Socket> socket);
+    void SpaceAvailable(ns3::Ptr<ns3::Socket> socket, uint32_t available);
+    void Push();
+
+    FlowTable* m_table = nullptr;
+    std::shared_ptr<DeliveryQueue> m_delivery;
+    ns3::Address m_peer;
+    ns3::Ptr<ns3::Socket> m_socket;
+    bool m_connected = false;
+    std::deque<std::pair<uint32_t, uint64_t>> m_unsent; //!< (flow, bytes not yet written)
+    uint64_t m_sent = 0;
+    uint64_t m_skipped = 0;
+    static constexpr uint32_t kChunk = 65536;
+};
+
+/// Accepts one connection and attributes the bytes it delivers to flows, in order.
+class FlowSink : public ns3::Application
+{
+  public:
+    static ns3::TypeId GetTypeId();
+
+    void Setup(FlowTable* table, std::shared_ptr<DeliveryQueue> delivery, uint16_t port);
+    /// Attribute `bytes` arriving now; completes flows whose last byte arrived.
+    void Deliver(uint64_t bytes);
+
+  private:
+    void StartApplication() override;
+    void StopApplication() override;
+    void Accept(ns3::Ptr<ns3::Socket> socket, const ns3::Address& from);
+    void Receive(ns3::Ptr<ns3::Socket> socket);
+
+    FlowTable* m_table = nullptr;
+    std::shared_ptr<DeliveryQueue> m_delivery;
+    uint16_t m_port = 0;
+    ns3::Ptr<ns3::Socket> m_listener;
+    std::vector<ns3::Ptr<ns3::Socket>> m_accepted;
+};
+
+/// The control plane's handle: open connections, start and skip flows.
+class FlowManager
+{
+  public:
+    FlowManager(NetworkBuilder* network, uint32_t nFlows);
+
+    /// Create a sender on `src` and a sink on `dst`; the handshake starts now. Returns its id.
+    uint32_t OpenConnection(uint32_t src, uint32_t dst);
+    /// Start `flow` of `bytes` on connection `conn` at the current time, in the source's context.
+    void StartFlow(uint32_t flow, uint32_t conn, uint64_t bytes);
+    /// Remove up to `bytes` unsent bytes of `flow` (on `conn`); returns bytes removed.
+    uint64_t SkipFlow(uint32_t flow, uint32_t conn, uint64_t bytes);
+
+    FlowTable& GetTable();
+    uint32_t GetNConnections() const;
+    ns3::Ptr<FlowSender> GetSender(uint32_t conn) const;
+
+  private:
+    NetworkBuilder* m_network;
+    FlowTable m_table;
+    std::vector<ns3::Ptr<FlowSender>> m_senders;
+    std::vector<uint32_t> m_srcNode;
+    std::vector<uint32_t> m_nextPort; //!< per destination node
+};
+
+} // namespace wormhole
+
+#endif

@@ -1,0 +1,159 @@
+#include "network-builder.h"
+
+#include "flow-ecmp-routing.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace wormhole
+{
+using namespace ns3;
+
+void
+NetworkBuilder::DefaultEcnThresholds(uint64_t rateBps, double& kmin, double& kmax)
+{
+    // DCTCP's rule K > C * RTT / 7, with a 20 us reference RTT (a few hops of 1 us plus
+    // serialization at the edge), floored at 20 packets as in ns-3's dctcp-example.
+    // 100 Gbps: K = 24 packets; kmax = 3 K keeps RED's linear marking region short.
+    double bdpPackets = double(rateBps) * 20e-6 / 8.0 / 1500.0;
+    kmin = std::max(20.0, std::ceil(bdpPackets / 7.0));
+    kmax = 3 * kmin;
+}
+
+void
+NetworkBuilder::Build(uint32_t nNodes,
+                      uint32_t nLinks,
+                      const uint32_t* a,
+                      const uint32_t* b,
+                      const uint64_t* rateBps,
+                      const int64_t* delayNs,
+                      const QueueConfig& config)
+{
+    m_nodes.Create(nNodes);
+    InternetStackHelper stack;
+    UseFlowEcmp(stack);
+    stack.Install(m_nodes);
+
+    Ipv4AddressHelper addresses;
+    addresses.SetBase(Ipv4Address("10.0.0.0"), Ipv4Mask("255.255.255.0"));
+    m_firstAddress.assign(nNodes, Ipv4Address());
+    std::vector<bool> addressed(nNodes, false);
+
+    for (uint32_t i = 0; i < nLinks; i++)
+    {
+        PointToPointHelper p2p;
+        p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(rateBps[i])));
+        p2p.SetChannelAttribute("Delay", TimeValue(NanoSeconds(delayNs[i])));
+        p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", QueueSizeValue(QueueSize("1p")));
+        NetDeviceContainer devices = p2p.Install(m_nodes.Get(a[i]), m_nodes.Get(b[i]));
+
+        // The queue disc must be installed before Assign(), which would install FqCoDel.
+        TrafficControlHelper tch;
+        QueueSizeValue maxSize(QueueSize(QueueSizeUnit::PACKETS, config.queuePackets));
+        if (config.ecnMarking)
+        {
+            double kmin = config.kminPackets;
+            double kmax = config.kmaxPackets;
+            if (kmin <= 0 || kmax <= 0)
+            {
+                double dmin;
+                double dmax;
+                DefaultEcnThresholds(rateBps[i], dmin, dmax);
+                kmin = kmin > 0 ? kmin : dmin;
+                kmax = kmax > 0 ? kmax : std::max(dmax, kmin);
+            }
+            tch.SetRootQueueDisc("ns3::RedQueueDisc",
+                                 "UseEcn", BooleanValue(true),
+                                 "UseHardDrop", BooleanValue(false),
+                                 "QW", DoubleValue(1.0),
+                                 "MinTh", DoubleValue(kmin),
+                                 "MaxTh", DoubleValue(kmax),
+                                 "MeanPktSize", UintegerValue(config.meanPacketBytes),
+                                 "MaxSize", maxSize,
+                                 "LinkBandwidth", DataRateValue(DataRate(rateBps[i])),
+                                 "LinkDelay", TimeValue(NanoSeconds(delayNs[i])));
+        }
+        else
+        {
+            tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", maxSize);
+        }
+        QueueDiscContainer qdiscs = tch.Install(devices);
+        Ipv4InterfaceContainer interfaces = addresses.Assign(devices);
+        addresses.NewNetwork();
+
+        for (uint32_t side = 0; side < 2; side++)
+        {
+            uint32_t node = side == 0 ? a[i] : b[i];
+            if (!addressed[node])
+            {
+                addressed[node] = true;
+                m_firstAddress[node] = interfaces.GetAddress(side);
+            }
+            m_portQueueDisc.push_back(qdiscs.Get(side));
+            m_portDevice.push_back(DynamicCast<PointToPointNetDevice>(devices.Get(side)));
+        }
+    }
+    Ipv4GlobalRoutingHelper::PopulateRoutingTables();
+}
+
+uint32_t
+NetworkBuilder::GetNNodes() const
+{
+    return m_nodes.GetN();
+}
+
+uint32_t
+NetworkBuilder::GetNPorts() const
+{
+    return m_portDevice.size();
+}
+
+Ptr<Node>
+NetworkBuilder::GetNode(uint32_t node) const
+{
+    return m_nodes.Get(node);
+}
+
+Ipv4Address
+NetworkBuilder::GetAddress(uint32_t node) const
+{
+    return m_firstAddress.at(node);
+}
+
+Ptr<QueueDisc>
+NetworkBuilder::GetPortQueueDisc(uint32_t port) const
+{
+    return m_portQueueDisc.at(port);
+}
+
+Ptr<PointToPointNetDevice>
+NetworkBuilder::GetPortDevice(uint32_t port) const
+{
+    return m_portDevice.at(port);
+}
+
+void
+NetworkBuilder::ReadQueueBytes(uint32_t* out) const
+{
+    for (size_t p = 0; p < m_portDevice.size(); p++)
+    {
+        out[p] = m_portQueueDisc[p]->GetNBytes() + m_portDevice[p]->GetQueue()->GetNBytes();
+    }
+}
+
+static void
+StopNow()
+{
+    Simulator::Stop();
+}
+
+void
+RunUntil(int64_t ns)
+{
+    int64_t now = Simulator::Now().GetNanoSeconds();
+    EventId stop = Simulator::Schedule(NanoSeconds(std::max<int64_t>(0, ns - now)), &StopNow);
+    Simulator::Run();
+    Simulator::Cancel(stop);
+}
+
+} // namespace wormhole

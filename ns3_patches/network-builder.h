@@ -1,0 +1,70 @@
+// Builds a data-center network of stock ns-3 models from flat link arrays in one call.
+//
+// Every link is a stock PointToPointNetDevice/Channel pair. Queueing happens in a traffic-control
+// queue disc on every port (the device queue holds one packet): RED with ECN marking on the
+// instantaneous queue for DCTCP, or a drop-tail FIFO for loss-based TCP. Routing is per-flow ECMP
+// over global routing. Building in C++ keeps the Python side to one call per network instead of
+// thousands of cppyy calls.
+#ifndef WORMHOLE_NETWORK_BUILDER_H
+#define WORMHOLE_NETWORK_BUILDER_H
+
+#include "ns3/core-module.h"
+#include "ns3/internet-module.h"
+#include "ns3/network-module.h"
+#include "ns3/point-to-point-module.h"
+#include "ns3/traffic-control-module.h"
+
+#include <vector>
+
+namespace wormhole
+{
+
+/// Port queue settings, uniform over the network; ECN thresholds may depend on the link rate.
+struct QueueConfig
+{
+    uint32_t queuePackets = 1000; //!< queue disc capacity per port
+    bool ecnMarking = true;       //!< RED marking (DCTCP) instead of drop-tail FIFO
+    double kminPackets = 0;       //!< 0: derived from each link's rate
+    double kmaxPackets = 0;       //!< 0: derived from each link's rate
+    uint32_t meanPacketBytes = 1500;
+};
+
+class NetworkBuilder
+{
+  public:
+    /// Create nodes 0..nNodes-1 and one link per (a[i], b[i]); hosts get an address on their
+    /// first link. Port 2i is a[i]'s side of link i (a->b), port 2i+1 is b's side (b->a).
+    void Build(uint32_t nNodes,
+               uint32_t nLinks,
+               const uint32_t* a,
+               const uint32_t* b,
+               const uint64_t* rateBps,
+               const int64_t* delayNs,
+               const QueueConfig& config);
+
+    uint32_t GetNNodes() const;
+    uint32_t GetNPorts() const;
+    ns3::Ptr<ns3::Node> GetNode(uint32_t node) const;
+    /// The IPv4 address of a node's first interface (a host's NIC).
+    ns3::Ipv4Address GetAddress(uint32_t node) const;
+    ns3::Ptr<ns3::QueueDisc> GetPortQueueDisc(uint32_t port) const;
+    ns3::Ptr<ns3::PointToPointNetDevice> GetPortDevice(uint32_t port) const;
+    /// Bytes queued per port (queue disc + device queue) into out[0..nPorts).
+    void ReadQueueBytes(uint32_t* out) const;
+    /// ECN thresholds used for a link of this rate (packets).
+    static void DefaultEcnThresholds(uint64_t rateBps, double& kmin, double& kmax);
+
+  private:
+    ns3::NodeContainer m_nodes;
+    std::vector<ns3::Ipv4Address> m_firstAddress;
+    std::vector<ns3::Ptr<ns3::QueueDisc>> m_portQueueDisc;
+    std::vector<ns3::Ptr<ns3::PointToPointNetDevice>> m_portDevice;
+};
+
+/// Run the simulation until absolute time `ns` or until a model calls Simulator::Stop(), whichever
+/// comes first. The stop event is cancelled on an early return so it cannot cut a later run short.
+void RunUntil(int64_t ns);
+
+} // namespace wormhole
+
+#endif

@@ -1,0 +1,66 @@
+#include "rate-probe.h"
+
+#include <algorithm>
+
+namespace wormhole
+{
+using namespace ns3;
+
+RateProbe::RateProbe(FlowTable* table, NetworkBuilder* network, uint32_t capacity)
+    : m_table(table),
+      m_network(network),
+      m_capacity(std::max<uint32_t>(1, capacity)),
+      m_nFlows(table->GetNFlows()),
+      m_nPorts(network->GetNPorts()),
+      m_times(m_capacity),
+      m_flowBytes(size_t(m_capacity) * m_nFlows),
+      m_portBytes(size_t(m_capacity) * m_nPorts)
+{
+}
+
+void
+RateProbe::Start(int64_t tauNs)
+{
+    m_tauNs = tauNs;
+    Simulator::Cancel(m_next);
+    Sample();
+}
+
+void
+RateProbe::Stop()
+{
+    Simulator::Cancel(m_next);
+}
+
+uint64_t
+RateProbe::GetNSamples() const
+{
+    return m_nSamples;
+}
+
+void
+RateProbe::Sample()
+{
+    size_t slot = m_nSamples % m_capacity;
+    m_times[slot] = Simulator::Now().GetNanoSeconds();
+    m_table->ReadDelivered(&m_flowBytes[slot * m_nFlows]);
+    m_network->ReadQueueBytes(&m_portBytes[slot * m_nPorts]);
+    m_nSamples++;
+    m_next = Simulator::Schedule(NanoSeconds(m_tauNs), &RateProbe::Sample, this);
+}
+
+uint32_t
+RateProbe::Read(int64_t* times, uint64_t* flowBytes, uint32_t* portBytes, uint32_t maxSamples) const
+{
+    uint64_t n = std::min<uint64_t>({m_nSamples, m_capacity, maxSamples});
+    for (uint64_t k = 0; k < n; k++)
+    {
+        size_t slot = (m_nSamples - n + k) % m_capacity;
+        times[k] = m_times[slot];
+        std::copy_n(&m_flowBytes[slot * m_nFlows], m_nFlows, &flowBytes[k * m_nFlows]);
+        std::copy_n(&m_portBytes[slot * m_nPorts], m_nPorts, &portBytes[k * m_nPorts]);
+    }
+    return n;
+}
+
+} // namespace wormhole

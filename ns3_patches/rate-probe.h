@@ -1,0 +1,47 @@
+// Samples per-flow delivered bytes and per-port queue bytes every tau into ring buffers.
+//
+// The steady-state test needs rates over a sliding window of samples; sampling inside the
+// simulation (one event per tau) costs far less than stepping Python every tau, and one Read()
+// copies the window into numpy arrays.
+#ifndef WORMHOLE_RATE_PROBE_H
+#define WORMHOLE_RATE_PROBE_H
+
+#include "flow-transport.h"
+
+namespace wormhole
+{
+
+class RateProbe
+{
+  public:
+    /// Keep the latest `capacity` samples of every flow of `table` and every port of `network`.
+    RateProbe(FlowTable* table, NetworkBuilder* network, uint32_t capacity);
+
+    /// Sample now and then every `tauNs` until Stop().
+    void Start(int64_t tauNs);
+    void Stop();
+    uint64_t GetNSamples() const; //!< samples taken since Start (may exceed capacity)
+
+    /// Copy the latest min(nSamples, capacity, maxSamples) samples, oldest first:
+    /// times[k], flowBytes[k * nFlows + f], portBytes[k * nPorts + p]. Returns the count.
+    uint32_t Read(int64_t* times, uint64_t* flowBytes, uint32_t* portBytes, uint32_t maxSamples) const;
+
+  private:
+    void Sample();
+
+    FlowTable* m_table;
+    NetworkBuilder* m_network;
+    uint32_t m_capacity;
+    uint32_t m_nFlows;
+    uint32_t m_nPorts;
+    int64_t m_tauNs = 0;
+    uint64_t m_nSamples = 0;
+    std::vector<int64_t> m_times;
+    std::vector<uint64_t> m_flowBytes;
+    std::vector<uint32_t> m_portBytes;
+    ns3::EventId m_next;
+};
+
+} // namespace wormhole
+
+#endif

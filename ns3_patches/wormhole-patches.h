@@ -1,0 +1,5 @@
+// Umbrella header of the C++ extensions, included by the Python loader (cppyy) for bindings.
+#include "flow-ecmp-routing.h"
+#include "flow-transport.h"
+#include "network-builder.h"
+#include "rate-probe.h"
