@@ -26,8 +26,8 @@ PREFIX = "@wormhole "
 ProgressFn = Callable[[dict], None]
 
 # What ns-3 and the C++ runtime print when they abort, most telling first.
-_ABORT_PATTERNS = [r"NS_ASSERT failed.*", r"NS_FATAL.*", r"msg=.*", r"aborted\..*", r"terminate called.*",
-                   r"what\(\):.*", r"Segmentation fault.*"]
+_ABORT_PATTERNS = [r"NS_ASSERT failed.*", r"msg=.*", r"NS_FATAL.*", r"what\(\):.*", r"terminate called.*",
+                   r"Segmentation fault.*"]
 
 
 def _abort_message(stderr: str) -> str:

@@ -2,8 +2,8 @@
 
 No ns-3 here. Node ids are dense 0..n_nodes-1; `hosts` lists the end hosts (for the built-in kinds
 hosts come first, so host i is node i). The ns-3 builder creates node i for topology node i.
-Errors are `ScenarioError`s without a path (the scenario loader adds the scenario file); their field
-is relative to the topology spec ("leaves") or names the file and line ("topology.txt line 4: rate").
+Errors are `ScenarioError`s without a path (the scenario loader adds the scenario file); their
+field is relative to the topology spec or names the file and line ("topology.txt line 4: rate").
 """
 
 from __future__ import annotations
@@ -118,7 +118,8 @@ def leaf_spine(leaves: int, spines: int, hosts_per_leaf: int,
 
 
 def fat_tree(k: int, host: LinkParams, fabric: LinkParams) -> Topology:
-    """k-ary fat-tree (Al-Fares et al.): k pods of k/2 edge and k/2 aggregation switches, (k/2)^2 cores.
+    """k-ary fat-tree (Al-Fares et al.): k pods of k/2 edge and k/2 aggregation switches, and
+    (k/2)^2 core switches.
 
     Nodes: hosts (k^3/4), edge, aggregation, core switches. Host h sits in pod h // (k^2/4) under
     edge switch h // (k/2). Aggregation switch j of each pod links to cores j*k/2 .. j*k/2 + k/2-1.
@@ -188,7 +189,8 @@ def read_hpcc_topology(file: Path, label: str | None = None) -> Topology:
         raise ScenarioError(None, label, "file is empty (expected 'nodes switches links' first)")
     line_no, head = lines[0]
     if len(head) != 3 or not all(_is_uint(t) for t in head):
-        fail(line_no, "header", f"expected 'nodes switches links' as 3 ints, got {' '.join(head)!r}")
+        fail(line_no, "header",
+             f"expected 'nodes switches links' as 3 ints, got {' '.join(head)!r}")
     n_nodes, n_switches, n_links = map(int, head)
     if n_nodes > MAX_NODES or n_links > MAX_LINKS:
         fail(line_no, "header", f"{n_nodes} nodes and {n_links} links is too large "
@@ -217,7 +219,8 @@ def read_hpcc_topology(file: Path, label: str | None = None) -> Topology:
     seen: dict[tuple[int, int], int] = {}
     for line_no, toks in body:
         if len(toks) != 5:
-            fail(line_no, "link", f"expected 'src dst rate delay error_rate', got {' '.join(toks)!r}")
+            fail(line_no, "link",
+                 f"expected 'src dst rate delay error_rate', got {' '.join(toks)!r}")
         a = _node_id(toks[0], n_nodes, lambda m: fail(line_no, "src", m))
         b = _node_id(toks[1], n_nodes, lambda m: fail(line_no, "dst", m))
         if a == b:

@@ -1,5 +1,8 @@
 #include "flow-ecmp-routing.h"
 
+#include "ns3/internet-module.h"
+#include "ns3/network-module.h"
+
 namespace wormhole
 {
 using namespace ns3;

@@ -9,7 +9,8 @@
 #ifndef WORMHOLE_FLOW_ECMP_ROUTING_H
 #define WORMHOLE_FLOW_ECMP_ROUTING_H
 
-#include "ns3/internet-module.h"
+#include "ns3/internet-stack-helper.h"
+#include "ns3/ipv4-global-routing.h"
 
 #include <unordered_map>
 #include <vector>

@@ -1,5 +1,9 @@
 #include "flow-transport.h"
 
+#include "ns3/core-module.h"
+#include "ns3/internet-module.h"
+#include "ns3/network-module.h"
+
 #include <algorithm>
 
 namespace wormhole

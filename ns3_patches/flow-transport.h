@@ -13,7 +13,9 @@
 
 #include "network-builder.h"
 
-#include "ns3/applications-module.h"
+#include "ns3/address.h"
+#include "ns3/application.h"
+#include "ns3/socket.h"
 
 #include <deque>
 #include <memory>

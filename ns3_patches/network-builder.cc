@@ -2,6 +2,12 @@
 
 #include "flow-ecmp-routing.h"
 
+#include "ns3/core-module.h"
+#include "ns3/internet-module.h"
+#include "ns3/network-module.h"
+#include "ns3/point-to-point-module.h"
+#include "ns3/traffic-control-module.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -18,6 +24,12 @@ NetworkBuilder::DefaultEcnThresholds(uint64_t rateBps, double& kmin, double& kma
     double bdpPackets = double(rateBps) * 20e-6 / 8.0 / 1500.0;
     kmin = std::max(20.0, std::ceil(bdpPackets / 7.0));
     kmax = 3 * kmin;
+}
+
+static void
+CountPacket(uint64_t* counter, ns3::Ptr<const ns3::Packet>)
+{
+    ++*counter;
 }
 
 void
@@ -91,6 +103,11 @@ NetworkBuilder::Build(uint32_t nNodes,
             }
             m_portQueueDisc.push_back(qdiscs.Get(side));
             m_portDevice.push_back(DynamicCast<PointToPointNetDevice>(devices.Get(side)));
+            m_txPackets.push_back(0);
+            uint64_t* counter = &m_txPackets.back();
+            devices.Get(side)->TraceConnectWithoutContext(
+                "PhyTxBegin",
+                MakeBoundCallback(&CountPacket, counter));
         }
     }
     Ipv4GlobalRoutingHelper::PopulateRoutingTables();
@@ -138,6 +155,15 @@ NetworkBuilder::ReadQueueBytes(uint32_t* out) const
     for (size_t p = 0; p < m_portDevice.size(); p++)
     {
         out[p] = m_portQueueDisc[p]->GetNBytes() + m_portDevice[p]->GetQueue()->GetNBytes();
+    }
+}
+
+void
+NetworkBuilder::ReadPortTxPackets(uint64_t* out) const
+{
+    for (size_t p = 0; p < m_portDevice.size(); p++)
+    {
+        out[p] = m_txPackets[p];
     }
 }
 

@@ -8,12 +8,13 @@
 #ifndef WORMHOLE_NETWORK_BUILDER_H
 #define WORMHOLE_NETWORK_BUILDER_H
 
-#include "ns3/core-module.h"
-#include "ns3/internet-module.h"
-#include "ns3/network-module.h"
-#include "ns3/point-to-point-module.h"
-#include "ns3/traffic-control-module.h"
+// Headers stay narrow: cppyy parses them at every import (the .cc files include whole modules).
+#include "ns3/ipv4-address.h"
+#include "ns3/node-container.h"
+#include "ns3/point-to-point-net-device.h"
+#include "ns3/queue-disc.h"
 
+#include <deque>
 #include <vector>
 
 namespace wormhole
@@ -51,6 +52,8 @@ class NetworkBuilder
     ns3::Ptr<ns3::PointToPointNetDevice> GetPortDevice(uint32_t port) const;
     /// Bytes queued per port (queue disc + device queue) into out[0..nPorts).
     void ReadQueueBytes(uint32_t* out) const;
+    /// Packets each port has sent onto its link, into out[0..nPorts).
+    void ReadPortTxPackets(uint64_t* out) const;
     /// ECN thresholds used for a link of this rate (packets).
     static void DefaultEcnThresholds(uint64_t rateBps, double& kmin, double& kmax);
 
@@ -59,6 +62,7 @@ class NetworkBuilder
     std::vector<ns3::Ipv4Address> m_firstAddress;
     std::vector<ns3::Ptr<ns3::QueueDisc>> m_portQueueDisc;
     std::vector<ns3::Ptr<ns3::PointToPointNetDevice>> m_portDevice;
+    std::deque<uint64_t> m_txPackets; //!< per port, on PhyTxBegin (deque: stable addresses)
 };
 
 /// Run the simulation until absolute time `ns` or until a model calls Simulator::Stop(), whichever

@@ -1,5 +1,7 @@
 #include "rate-probe.h"
 
+#include "ns3/core-module.h"
+
 #include <algorithm>
 
 namespace wormhole

@@ -8,6 +8,8 @@
 
 #include "flow-transport.h"
 
+#include "ns3/event-id.h"
+
 namespace wormhole
 {
 

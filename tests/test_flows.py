@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bridge.errors import ScenarioError
 from bridge.scenario import load_scenario, parse_scenario_dict
@@ -39,6 +40,14 @@ def test_load_flows_from_hpcc_flow_file():
     assert len(w.flows) == 8
     assert {(t.size, t.release_ns) for t in w.flows} == {(200_000, 1000)}
     assert [(t.src, t.dst) for t in w.flows] == [(i, (i + 1) % 8) for i in range(8)]
+
+
+def test_load_flows_of_training_scenario_fails():
+    data = yaml.safe_load((SCENARIOS / "tiny-roft.yaml").read_text())
+    data.pop("flows")
+    s = parse_scenario_dict(data | {"training": {"preset": "gpt-tiny"}}, None)
+    with pytest.raises(ScenarioError, match="no loose flows"):
+        load_flows(s)
 
 
 def test_read_hpcc_flows_reference_file():

@@ -7,7 +7,9 @@ import pytest
 
 from bridge.errors import ScenarioError
 from bridge.scenario import parse_scenario_dict
-from bridge.topology import MAX_NODES, build_topology, fat_tree, leaf_spine, read_hpcc_topology, roft
+from bridge.topology import (
+    MAX_NODES, build_topology, fat_tree, leaf_spine, read_hpcc_topology, roft,
+)
 
 G100 = (100 * 10**9, 1000)  # (rate_bps, delay_ns)
 RING8 = Path("/work/shared/reference-data/hpcc-sim/ring8/topology.txt")

@@ -20,12 +20,14 @@ from bridge.topology import Topology, build_topology, read_hpcc_topology
 from bridge.workload.flows import read_hpcc_flows
 
 MAX_SCENARIO_BYTES = 1_000_000  # a scenario is hand-written; big data goes in flow_file
+_MAX_RATE = 2**64 - 1  # as RateBps in schema.py
 
 
 def load_scenario(path: str | os.PathLike) -> Scenario:
     """Read, parse and validate a scenario YAML file.
 
-    Raises ScenarioError for an unreadable file, bad YAML, or anything `parse_scenario_dict` rejects.
+    Raises ScenarioError for an unreadable file, bad YAML, or whatever `parse_scenario_dict`
+    rejects.
     """
     where = str(path)
     try:
@@ -45,6 +47,10 @@ def load_scenario(path: str | os.PathLike) -> Scenario:
         mark = e.problem_mark or e.context_mark
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ScenarioError(where, None, f"YAML error{at}: {e.problem or e.context}") from None
+    except yaml.reader.ReaderError as e:
+        line = text.count("\n", 0, e.position) + 1
+        raise ScenarioError(where, None, f"YAML error at line {line}: "
+                            f"character #x{e.character:04x} is not allowed") from None
     except (yaml.YAMLError, ValueError, RecursionError) as e:
         # ValueError: PyYAML builds dates and ints eagerly ("2001-02-30", a 5000-digit int).
         raise ScenarioError(where, None, f"YAML error: {_one_line(str(e))}") from None
@@ -58,7 +64,8 @@ def parse_scenario_dict(data: object, path: str | os.PathLike | None) -> Scenari
     """
     where = str(path) if path is not None else None
     if data is None:
-        raise ScenarioError(where, None, "empty scenario (expected a mapping with name, topology, ...)")
+        raise ScenarioError(where, None,
+                            "empty scenario (expected a mapping with name, topology, ...)")
     if not isinstance(data, dict):
         raise ScenarioError(where, None, f"top level must be a mapping of fields, got "
                             f"{type(data).__name__} {_short(data)}")
@@ -89,7 +96,8 @@ def _cross_check(s: Scenario, base_dir: Path) -> Scenario:
     if not given:
         raise _err("flows", "no workload: give one of flows, flow_file or training")
     if len(given) > 1:
-        raise _err(given[1], f"give only one of flows, flow_file or training (got {' and '.join(given)})")
+        raise _err(given[1], "give only one of flows, flow_file or training "
+                   f"(got {' and '.join(given)})")
 
     flows, checks = s.flows, ()
     if s.flow_file is not None:
@@ -142,9 +150,11 @@ def _fabric_link(spec) -> LinkSpec:
             raise _err("topology.fabric_link", "missing (give fabric_link or oversubscription)")
         return fabric
     host_bps = spec.hosts_per_leaf * spec.host_link.rate
-    derived = round(host_bps / (spec.spines * over))
-    if derived < 1:
-        raise _err("topology.oversubscription", f"{over} makes the fabric rate below 1 bps")
+    exact = host_bps / (spec.spines * over)
+    if not 1 <= exact <= _MAX_RATE:
+        raise _err("topology.oversubscription",
+                   f"{over} gives a fabric rate of {exact:.3g} bps (expected 1..{_MAX_RATE:.3g})")
+    derived = round(exact)
     if fabric is None:
         return LinkSpec(rate=derived, delay=spec.host_link.delay)
     actual = host_bps / (spec.spines * fabric.rate)
@@ -180,8 +190,8 @@ def _check_flow(flow: FlowSpec, field: str, topology: Topology, hosts: frozenset
         raise _err(field + "dst", f"same as src ({flow.src})")
 
 
-def _id_ranges(ids: list[int]) -> str:
-    """'0..7, 12, 14..15' for sorted ids."""
+def _id_ranges(ids: list[int], limit: int = 8) -> str:
+    """'0..7, 12, 14..15' for sorted ids, at most `limit` ranges."""
     out, start = [], None
     for i, n in enumerate(ids):
         if start is None:
@@ -189,7 +199,7 @@ def _id_ranges(ids: list[int]) -> str:
         if i + 1 == len(ids) or ids[i + 1] != n + 1:
             out.append(str(n) if start == n else f"{start}..{n}")
             start = None
-    return ", ".join(out)
+    return ", ".join(out[:limit]) + (", ..." if len(out) > limit else "")
 
 
 def _err(field: str, message: str) -> ScenarioError:

@@ -104,9 +104,16 @@ class TrainingSpec(_Frozen):
     @model_validator(mode="before")
     @classmethod
     def _apply_preset(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("preset") in PRESETS:
-            return _deep_merge(PRESETS[data["preset"]], data)
-        return data
+        if not isinstance(data, dict) or data.get("preset") is None:
+            return data
+        if data["preset"] not in PRESETS:
+            # Fail here: unmerged, the spec would also report every preset-given field missing.
+            raise ValueError(_unknown_preset(data["preset"]))
+        return _deep_merge(PRESETS[data["preset"]], data)
+
+
+def _unknown_preset(name: object) -> str:
+    return f"unknown preset {name!r} (expected one of {', '.join(PRESETS)})"
 
 
 def _deep_merge(base: dict, override: dict) -> dict:
@@ -169,8 +176,7 @@ def load_training(data: Any, path: str | None = None) -> TrainingSpec:
     Raises ScenarioError naming `training.<field>`; all pydantic errors are reported on one line.
     """
     if isinstance(data, dict) and data.get("preset") is not None and data["preset"] not in PRESETS:
-        raise ScenarioError(path, "training.preset", f"unknown preset {data['preset']!r} "
-                            f"(expected one of {', '.join(PRESETS)})")
+        raise ScenarioError(path, "training.preset", _unknown_preset(data["preset"]))
     try:
         spec = TrainingSpec.model_validate(data)
     except ValidationError as e:

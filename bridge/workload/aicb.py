@@ -89,7 +89,8 @@ def parse_aicb(path: str | Path) -> AicbFile:
     header = _parse_header(path, *lines[0])
     n_line, count = lines[1]
     if len(count) != 1 or not count[0].isdigit():
-        raise ScenarioError(path, f"line {n_line}", f"expected the number of layers, got {' '.join(count)!r}")
+        raise ScenarioError(path, f"line {n_line}",
+                            f"expected the number of layers, got {' '.join(count)!r}")
     rows = lines[2:]
     if len(rows) != int(count[0]):
         raise ScenarioError(path, f"line {n_line}",
@@ -137,7 +138,8 @@ def _parse_row(path: str, n: int, cols: list[str]) -> AicbLayer:
     return AicbLayer(cols[0], n, *phases)
 
 
-def _phase(path: str, n: int, compute_ns: int, comm: str, size: int, default_group: str) -> AicbPhase:
+def _phase(path: str, n: int, compute_ns: int, comm: str, size: int,
+           default_group: str) -> AicbPhase:
     if comm == "NONE":
         return AicbPhase(compute_ns, "", default_group, 0)
     base, _, suffix = comm.partition("_")
@@ -170,7 +172,8 @@ class _Importer:
                     for suffix, dps in parts.items()]
         return out
 
-    def comm(self, it: int, s: int, row: int, phase: AicbPhase, cur: dict[int, Deps]) -> dict[int, Deps]:
+    def comm(self, it: int, s: int, row: int, phase: AicbPhase,
+             cur: dict[int, Deps]) -> dict[int, Deps]:
         """Run `phase`'s collective on every group of stage s; return per host "arrived" deps."""
         if not phase.op or phase.group == "tp" or phase.size == 0:
             return dict(cur)

@@ -48,7 +48,7 @@ class DagBuilder:
 
     def send(self, src: int, dst: int, size: int, deps: Iterable[int], *, iteration: int,
              collective: str, group: str, step: int) -> Deps:
-        """Move `size` bytes from src to dst after `deps`; return the deps meaning "arrived at dst"."""
+        """Move `size` bytes from src to dst after `deps`; return the deps meaning "arrived"."""
         if self.nvlink(src, dst) or size <= 0:
             return merge(deps)
         task_id = len(self.tasks)

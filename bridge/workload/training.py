@@ -3,8 +3,8 @@
 Modelled, per iteration (tokens T = micro_batch_size * seq_len, h = hidden, d = dtype_bytes):
 - Placement: rank (pp s, dp j, tp t) -> hosts[(s*dp + j)*tp + t]; a TP group is one server's GPUs, so
   with tp = gpus_per_server the same tp index sits on the same rail and DP/PP/EP peers share a rail.
-- TP (+SP) traffic is NVLink inside a server: not simulated. Any other transfer between two GPUs of one
-  server is NVLink too and emits no flow (see `collectives`).
+- TP (+SP) traffic is NVLink inside a server: not simulated. Any other transfer between two GPUs of
+  one server is NVLink too and emits no flow (see `collectives`).
 - PP, 1F1B per pipeline: per micro-batch and stage boundary, one forward activation flow s -> s+1 and
   one backward gradient flow s+1 -> s, each T*h*d/tp bytes per tp rank (SP-sharded).
 - EP: a stage's dp x tp GPUs, numbered t*dp + j (dp index fastest), form EP groups of ep consecutive
@@ -31,7 +31,8 @@ layernorm/bias gradients, load imbalance across experts, TP traffic.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from bridge.errors import ScenarioError
@@ -43,7 +44,7 @@ Coord = tuple[int, int, int]   # (pp stage, dp rank, tp rank)
 
 
 def place_ranks(tp: int, pp: int, dp: int, hosts: list[int], gpus_per_server: int | None = None,
-                path: str | None = None) -> dict[Coord, int]:
+                path: str | os.PathLike | None = None) -> dict[Coord, int]:
     """Map each rank (pp, dp, tp) to a host: hosts[(pp*dp + dp_rank)*tp + tp_rank].
 
     TP is innermost so a TP group shares a server; with ROFT host numbering (server*gpus_per_server +
@@ -62,7 +63,7 @@ def place_ranks(tp: int, pp: int, dp: int, hosts: list[int], gpus_per_server: in
             for s in range(pp) for j in range(dp) for t in range(tp)}
 
 
-def server_lookup(hosts: list[int], gpus_per_server: int | None):
+def server_lookup(hosts: list[int], gpus_per_server: int | None) -> Callable[[int], int | None]:
     """host -> server index (position in `hosts` // gpus_per_server), or None if unknown."""
     if not gpus_per_server:
         return lambda host: None
@@ -263,7 +264,7 @@ def _buckets(total: int, bucket_size: int) -> list[int]:
 
 
 def build_training(spec: TrainingSpec, hosts: list[int], gpus_per_server: int | None,
-                   path: str | None = None) -> Workload:
+                   path: str | os.PathLike | None = None) -> Workload:
     """Build `spec.iterations` training iterations on the first tp*pp*dp of `hosts`.
 
     Raises ScenarioError (naming `training.parallelism...` or `training.model...`) if the plan does

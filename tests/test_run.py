@@ -1,0 +1,99 @@
+"""`wormhole run` end to end: child processes, output files, determinism, errors, abort handling."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bridge import api
+from bridge.errors import ScenarioError, SimulationError
+from bridge.runner import run_child
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["tiny-leafspine.yaml", "tiny-fattree.yaml", "tiny-roft.yaml", "tiny-hpcc/scenario.yaml"]
+
+
+def wormhole(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bridge.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_every_topology_builds_and_delivers_all_bytes(name, tmp_path):
+    result = api.run(ROOT / "scenarios" / name, tmp_path)
+    flows, summary = result.flows, result.summary
+    assert summary["flows_finished"] == summary["flows"] == len(flows) > 0
+    assert (flows.fct_ns > 0).all()
+    assert (flows.fct_ns >= 0.99 * flows.ideal_fct_ns).all()  # nothing beats an empty network
+    assert summary["events"] > 0 and summary["sim_time_ns"] == flows.end_ns.max()
+    fct_lines = (tmp_path / "fct.txt").read_text().splitlines()
+    assert len(fct_lines) == len(flows) and len(fct_lines[0].split()) == 8
+
+
+def test_cli_run_writes_outputs_and_is_deterministic(tmp_path):
+    scenario = str(ROOT / "scenarios" / "tiny-leafspine.yaml")
+    first, second = tmp_path / "a", tmp_path / "b"
+    for out in (first, second):
+        proc = wormhole("run", scenario, "--out", str(out), "--quiet")
+        assert proc.returncode == 0, proc.stderr
+    for name in ("flows.csv", "fct.txt"):
+        assert (first / name).read_bytes() == (second / name).read_bytes()
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (first, second))
+    assert a["events"] == b["events"] and a["scenario_fingerprint"] == b["scenario_fingerprint"]
+    assert set(a["wall_s"]) == {"import", "build", "loop", "total"}
+    assert a["versions"]["ns3"].startswith("3.44")
+
+
+def test_seed_changes_the_run(tmp_path):
+    scenario = ROOT / "scenarios" / "tiny-fattree.yaml"
+    a = api.run(scenario, tmp_path / "a", seed=1).flows
+    b = api.run(scenario, tmp_path / "b", seed=2).flows
+    assert not a.fct_ns.equals(b.fct_ns)  # ECMP paths and TCP randomness follow the seed
+
+
+def test_bad_scenario_is_one_line_and_keeps_old_results(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "scenarios" / "tiny-leafspine.yaml").read_text()
+                   .replace("hosts_per_leaf: 4", "hosts_per_leaf: -4"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "flows.csv").write_text("earlier results\n")
+    proc = wormhole("run", str(bad), "--out", str(out))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "bad.yaml" in proc.stderr and "topology.hosts_per_leaf" in proc.stderr
+    assert (out / "flows.csv").read_text() == "earlier results\n"
+    with pytest.raises(ScenarioError):
+        api.load_scenario(bad)
+
+
+def test_missing_scenario_file_is_one_line(tmp_path):
+    proc = wormhole("run", str(tmp_path / "nope.yaml"), "--out", str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "nope.yaml" in proc.stderr
+
+
+def test_ns3_abort_in_child_becomes_an_error_and_keeps_old_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    (tmp_path / "flows.csv").write_text("earlier results\n")
+    with pytest.raises(SimulationError, match="Could not set default value"):
+        run_child("ns3_abort_child", {}, tmp_path)
+    assert (tmp_path / "flows.csv").read_text() == "earlier results\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["flows.csv"]  # the partial folder is gone
+
+
+def test_unfinished_flows_are_reported(tmp_path):
+    proc = wormhole("run", str(ROOT / "scenarios" / "tiny-leafspine.yaml"), "--out", str(tmp_path),
+                    "--stop-time", "20us", "--quiet")
+    assert proc.returncode == 1 and "did not finish" in proc.stderr
+    flows = pd.read_csv(tmp_path / "flows.csv")
+    assert (flows.end_ns == -1).any()
+
+
+def test_check_prints_scenario_contents():
+    proc = wormhole("check", str(ROOT / "scenarios" / "tiny-roft.yaml"))
+    assert proc.returncode == 0 and "roft" in proc.stdout and "flows" in proc.stdout
