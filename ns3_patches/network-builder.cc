@@ -34,6 +34,7 @@ CountPacket(uint64_t* counter, ns3::Ptr<const ns3::Packet>)
 
 void
 NetworkBuilder::Build(uint32_t nNodes,
+                      const uint8_t* isHost,
                       uint32_t nLinks,
                       const uint32_t* a,
                       const uint32_t* b,
@@ -60,8 +61,10 @@ NetworkBuilder::Build(uint32_t nNodes,
         NetDeviceContainer devices = p2p.Install(m_nodes.Get(a[i]), m_nodes.Get(b[i]));
 
         // The queue disc must be installed before Assign(), which would install FqCoDel.
-        TrafficControlHelper tch;
         QueueSizeValue maxSize(QueueSize(QueueSizeUnit::PACKETS, config.queuePackets));
+        TrafficControlHelper fifo;
+        fifo.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", maxSize);
+        TrafficControlHelper tch;
         if (config.ecnMarking)
         {
             double kmin = config.kminPackets;
@@ -87,9 +90,14 @@ NetworkBuilder::Build(uint32_t nNodes,
         }
         else
         {
-            tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", maxSize);
+            tch = fifo;
         }
-        QueueDiscContainer qdiscs = tch.Install(devices);
+        QueueDiscContainer qdiscs;
+        for (uint32_t side = 0; side < 2; side++)
+        {
+            bool host = isHost[side == 0 ? a[i] : b[i]];
+            qdiscs.Add((host ? fifo : tch).Install(devices.Get(side)));
+        }
         Ipv4InterfaceContainer interfaces = addresses.Assign(devices);
         addresses.NewNetwork();
 

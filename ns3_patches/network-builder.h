@@ -1,8 +1,9 @@
 // Builds a data-center network of stock ns-3 models from flat link arrays in one call.
 //
 // Every link is a stock PointToPointNetDevice/Channel pair. Queueing happens in a traffic-control
-// queue disc on every port (the device queue holds one packet): RED with ECN marking on the
-// instantaneous queue for DCTCP, or a drop-tail FIFO for loss-based TCP. Routing is per-flow ECMP
+// queue disc on every port (the device queue holds one packet): on switch ports RED with ECN
+// marking on the instantaneous queue for DCTCP, or a drop-tail FIFO for loss-based TCP; host NICs
+// get a drop-tail FIFO (a NIC does not mark, and marking there would throttle a lone sender). Routing is per-flow ECMP
 // over global routing. Building in C++ keeps the Python side to one call per network instead of
 // thousands of cppyy calls.
 #ifndef WORMHOLE_NETWORK_BUILDER_H
@@ -33,9 +34,10 @@ struct QueueConfig
 class NetworkBuilder
 {
   public:
-    /// Create nodes 0..nNodes-1 and one link per (a[i], b[i]); hosts get an address on their
-    /// first link. Port 2i is a[i]'s side of link i (a->b), port 2i+1 is b's side (b->a).
+    /// Create nodes 0..nNodes-1 and one link per (a[i], b[i]); hosts (isHost[node] != 0) get an
+    /// address on their link. Port 2i is a[i]'s side of link i (a->b), port 2i+1 is b's (b->a).
     void Build(uint32_t nNodes,
+               const uint8_t* isHost,
                uint32_t nLinks,
                const uint32_t* a,
                const uint32_t* b,

@@ -70,6 +70,8 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
     config.kmaxPackets = float(transport.ecn_kmax or 0)
     config.meanPacketBytes = transport.mtu
     builder = h.wh.NetworkBuilder()
-    builder.Build(topology.n_nodes, len(links), a, b, rate, delay, config)
+    is_host = np.zeros(topology.n_nodes, dtype=np.uint8)
+    is_host[topology.hosts] = 1
+    builder.Build(topology.n_nodes, is_host, len(links), a, b, rate, delay, config)
     flows = h.wh.FlowManager(builder, n_flows)
     return Ns3Network(h=h, builder=builder, flows=flows, n_ports=int(builder.GetNPorts()))
