@@ -39,6 +39,11 @@ def build_workload(scenario: Scenario, topology: Topology) -> Workload:
         return build_training(scenario.training, topology.hosts,
                               getattr(scenario.topology, "gpus_per_server", None),
                               scenario.source_path)
+    if scenario.aicb is not None:
+        from .workload.aicb import import_aicb
+
+        return import_aicb(scenario.aicb.file, topology.hosts,
+                           getattr(scenario.topology, "gpus_per_server", None), scenario.aicb.iterations)
     return load_flows(scenario)
 
 

@@ -15,7 +15,8 @@ from bridge.errors import ScenarioError, SimulationError
 from bridge.runner import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["tiny-leafspine.yaml", "tiny-fattree.yaml", "tiny-roft.yaml", "tiny-hpcc/scenario.yaml"]
+TINY = ["tiny-leafspine.yaml", "tiny-fattree.yaml", "tiny-roft.yaml", "tiny-hpcc/scenario.yaml",
+        "aicb-example.yaml"]
 
 
 def wormhole(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

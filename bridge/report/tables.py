@@ -17,7 +17,7 @@ PPP_HEADER = 2  # PointToPointNetDevice adds a 2-byte PPP header to every frame
 
 FLOW_COLUMNS = ["flow_id", "src", "dst", "size_bytes", "start_ns", "end_ns", "fct_ns", "ideal_fct_ns",
                 "iteration", "collective", "group", "step"]
-COMM_KINDS = {"dp": ("dp_allreduce",), "pp": ("pp_fwd", "pp_bwd"), "ep": ("ep_dispatch", "ep_combine")}
+COMM_KINDS = ("dp", "pp", "ep")  # a collective's name starts with its group kind: dp_allreduce, ep_alltoall
 
 
 class IdealFct:
@@ -117,10 +117,10 @@ def iterations_frame(workload: Workload, run: Execution) -> pd.DataFrame:
             if isinstance(t, ComputeTask):
                 compute.setdefault(t.host, []).append(span)
                 continue
-            for kind, collectives in COMM_KINDS.items():
-                if t.collective in collectives:
-                    for host in (t.src, t.dst):
-                        comm[kind].setdefault(host, []).append(span)
+            kind = t.collective[:2]
+            if kind in comm:
+                for host in (t.src, t.dst):
+                    comm[kind].setdefault(host, []).append(span)
         row = {"iteration": it, "start_ns": start, "end_ns": end,
                "time_ns": end - start if finished else -1,
                "compute_ns": max((_length(_union(v)) for v in compute.values()), default=0)}

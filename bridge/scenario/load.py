@@ -17,8 +17,10 @@ from bridge.errors import ScenarioError
 from bridge.scenario.schema import FlowSpec, LinkSpec, Scenario
 from bridge.scenario.training import check_training
 from bridge.topology import Topology, build_topology, read_hpcc_topology
+from bridge.workload.aicb import import_aicb
 from bridge.workload.flows import read_hpcc_flows
 
+WORKLOAD_KEYS = ("flows", "flow_file", "training", "aicb")
 MAX_SCENARIO_BYTES = 1_000_000  # a scenario is hand-written; big data goes in flow_file
 _MAX_RATE = 2**64 - 1  # as RateBps in schema.py
 
@@ -91,12 +93,12 @@ def _cross_check(s: Scenario, base_dir: Path) -> Scenario:
     topo_spec = _resolve_topology(s.topology)
     topology = _build(topo_spec, base_dir)
 
-    given = [k for k in ("flows", "flow_file", "training") if getattr(s, k) is not None]
+    given = [k for k in WORKLOAD_KEYS if getattr(s, k) is not None]
     # CORRECTNESS: exactly one workload, so nobody has to guess which one runs.
     if not given:
-        raise _err("flows", "no workload: give one of flows, flow_file or training")
+        raise _err("flows", "no workload: give one of flows, flow_file, training or aicb")
     if len(given) > 1:
-        raise _err(given[1], "give only one of flows, flow_file or training "
+        raise _err(given[1], "give only one of flows, flow_file, training or aicb "
                    f"(got {' and '.join(given)})")
 
     flows, checks = s.flows, ()
@@ -115,6 +117,9 @@ def _cross_check(s: Scenario, base_dir: Path) -> Scenario:
     hosts = frozenset(topology.hosts)
     for flow, field in checks:
         _check_flow(flow, field, topology, hosts)
+    if s.aicb is not None:  # parse it now: a malformed file fails at load, naming its line
+        import_aicb(s.aicb.file, topology.hosts, getattr(topo_spec, "gpus_per_server", None),
+                    s.aicb.iterations)
     if s.training is not None:
         check_training(s.training)  # whether the plan fits the topology is checked when it is built
 

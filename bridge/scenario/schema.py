@@ -159,6 +159,13 @@ class FlowSpec(_Spec):
     start: DelayNs = 0
 
 
+class AicbSpec(_Spec):
+    """A SimAI/AICB workload file (one iteration), replayed `iterations` times."""
+
+    file: FilePath
+    iterations: Annotated[StrictInt, Field(ge=1, le=1000)] = 1
+
+
 class Scenario(_Spec):
     """A parsed scenario. Build it with `load_scenario` / `parse_scenario_dict`, which guarantee:
 
@@ -176,6 +183,7 @@ class Scenario(_Spec):
     flows: tuple[FlowSpec, ...] | None = None
     flow_file: FilePath | None = None
     training: TrainingSpec | None = None
+    aicb: AicbSpec | None = None
     stop_time: DurationNs | None = None                              # ns
     _source_path: Path | None = PrivateAttr(None)
 
@@ -191,7 +199,7 @@ class Scenario(_Spec):
         fingerprint; `source_path` is left out. Flows read from `flow_file` are in `flows` too.
         """
         data = self.model_dump(mode="json")
-        for holder, key in ((data, "flow_file"), (data["topology"], "file")):
+        for holder, key in ((data, "flow_file"), (data["topology"], "file"), (data.get("aicb") or {}, "file")):
             if holder.get(key):
                 holder[key] = {"sha256": hashlib.sha256(Path(holder[key]).read_bytes()).hexdigest()}
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
