@@ -98,3 +98,15 @@ def test_unfinished_flows_are_reported(tmp_path):
 def test_check_prints_scenario_contents():
     proc = wormhole("check", str(ROOT / "scenarios" / "tiny-roft.yaml"))
     assert proc.returncode == 0 and "roft" in proc.stdout and "flows" in proc.stdout
+
+
+def test_training_run_writes_iterations_and_tagged_flows(tmp_path):
+    result = api.run(ROOT / "scenarios" / "gpt-tiny.yaml", tmp_path)
+    it, flows = result.iterations, result.flows
+    assert list(it.iteration) == [0] and result.summary["iteration_time_ns"] == list(it.time_ns)
+    assert (it.time_ns > it.compute_ns).all() and (it.compute_ns > 0).all()
+    assert (it.exposed_dp_ns > 0).all() and (it.exposed_pp_ns > 0).all()
+    assert set(flows.collective) == {"dp_allreduce", "pp_fwd", "pp_bwd"}
+    assert (flows.iteration == 0).all() and (flows.group != "").all()
+    ring = flows[flows.collective == "dp_allreduce"]
+    assert ring.step.min() == 0 and ring.step.max() == 2 * (2 - 1) - 1  # DP2: 2(N-1) ring steps

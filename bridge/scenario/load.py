@@ -17,7 +17,6 @@ from bridge.errors import ScenarioError
 from bridge.scenario.schema import FlowSpec, LinkSpec, Scenario
 from bridge.scenario.training import check_training
 from bridge.topology import Topology, build_topology, read_hpcc_topology
-from bridge.workload.aicb import import_aicb
 from bridge.workload.flows import read_hpcc_flows
 
 WORKLOAD_KEYS = ("flows", "flow_file", "training", "aicb")
@@ -118,6 +117,8 @@ def _cross_check(s: Scenario, base_dir: Path) -> Scenario:
     for flow, field in checks:
         _check_flow(flow, field, topology, hosts)
     if s.aicb is not None:  # parse it now: a malformed file fails at load, naming its line
+        from bridge.workload.aicb import import_aicb  # here: it imports bridge.scenario.training
+
         import_aicb(s.aicb.file, topology.hosts, getattr(topo_spec, "gpus_per_server", None),
                     s.aicb.iterations)
     if s.training is not None:
