@@ -40,13 +40,18 @@ def read_results(out_dir: str | Path) -> RunResult:
                      iterations=pd.read_csv(iterations) if iterations.exists() else None)
 
 
-def run(scenario: str | Path | Scenario, out_dir: str | Path | None = None, *, seed: int | None = None,
-        stop_time_ns: int | None = None, timeout_s: float | None = None,
-        progress: Callable[[dict], None] | None = None) -> RunResult:
-    """Simulate a scenario (stock ns-3) in a child process; with out_dir=None nothing is kept."""
+def run(scenario: str | Path | Scenario, out_dir: str | Path | None = None, *, accel: bool = False,
+        fast_forward: bool = True, seed: int | None = None, stop_time_ns: int | None = None,
+        timeout_s: float | None = None, progress: Callable[[dict], None] | None = None) -> RunResult:
+    """Simulate a scenario in a child process; with out_dir=None nothing is kept.
+
+    accel=False is stock ns-3 (every packet simulated); accel=True runs the Wormhole engine,
+    whose fast_forward=False ablation keeps the partition machinery but never freezes.
+    """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)  # validate here: errors surface before any child starts
-    payload = {"scenario": str(scenario.source_path), "seed": seed, "stop_time_ns": stop_time_ns}
+    payload = {"scenario": str(scenario.source_path), "seed": seed, "stop_time_ns": stop_time_ns,
+               "accel": accel, "fast_forward": fast_forward}
     if out_dir is not None:
         run_child("bridge.simulation", payload, Path(out_dir), progress, timeout_s)
         return read_results(out_dir)

@@ -15,6 +15,7 @@ from typing import Callable
 
 from . import __version__
 from .engine.executor import Executor
+from .errors import WormholeError
 from .ns3.loader import load, ns3_version
 from .ns3.network import build_network, configure_transport, segment_size
 from .report.tables import IdealFct, fct_stats, flows_frame, iterations_frame, write_fct_txt
@@ -30,6 +31,8 @@ DEFAULT_STOP_TIME_NS = 100 * 10**9  # a cap so that a stalled run ends; scenario
 class RunOptions:
     seed: int | None = None        # overrides the scenario's seed
     stop_time_ns: int | None = None
+    accel: bool = False            # the Wormhole engine instead of stock ns-3
+    fast_forward: bool = True      # --no-ff ablation when False
 
 
 def build_workload(scenario: Scenario, topology: Topology) -> Workload:
@@ -50,6 +53,8 @@ def build_workload(scenario: Scenario, topology: Topology) -> Workload:
 def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
              progress: Callable[[int, int, int], None] | None = None) -> dict:
     """Run the scenario in this process, write flows.csv, fct.txt, iterations.csv, summary.json."""
+    if options.accel:
+        raise WormholeError("acceleration (--accel) is not built yet; run with accel off")
     t0 = time.perf_counter()
     topology = build_topology(scenario.topology)
     workload = build_workload(scenario, topology)
@@ -101,7 +106,8 @@ def _child(payload: dict, progress: Callable[[dict], None]) -> dict:
     from .scenario import load_scenario
 
     scenario = load_scenario(payload["scenario"])
-    options = RunOptions(seed=payload.get("seed"), stop_time_ns=payload.get("stop_time_ns"))
+    options = RunOptions(seed=payload.get("seed"), stop_time_ns=payload.get("stop_time_ns"),
+                         accel=payload.get("accel", False), fast_forward=payload.get("fast_forward", True))
     return simulate(scenario, Path(payload["out"]), options,
                     lambda now, done, total: progress({"sim_ns": now, "flows_done": done, "flows": total}))
 
