@@ -65,6 +65,20 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from .validate import console_table, validate
+
+    console = Console(stderr=True)
+    result = validate(args.scenario, args.out, seed=args.seed, noise_floor=args.noise_floor,
+                      candidate_accel=args.against_seed is None, candidate_seed=args.against_seed,
+                      timeout_s=args.timeout, log=lambda line: console.print(f"[dim]{line}"))
+    console.print(console_table(result))
+    console.print(f"report: {args.out / 'report.md'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wormhole", description=__doc__)
     parser.add_argument("--version", action="version", version=f"wormhole {__version__}")
@@ -78,6 +92,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, help="wall-clock limit in seconds")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(handler=_run)
+
+    validate = sub.add_parser("validate", help="run stock and accelerated, report speedup and error")
+    validate.add_argument("scenario", type=Path)
+    validate.add_argument("--out", type=Path, required=True, help="output folder")
+    validate.add_argument("--noise-floor", action="store_true",
+                          help="also run stock on seed + 1: the error the seed alone causes")
+    validate.add_argument("--seed", type=int, help="override the scenario's seed (both runs)")
+    validate.add_argument("--timeout", type=float, help="wall-clock limit per run, in seconds")
+    # Testing: compare stock against stock on another seed instead of the accelerated run.
+    validate.add_argument("--against-seed", type=int, help=argparse.SUPPRESS)
+    validate.set_defaults(handler=_validate)
 
     check = sub.add_parser("check", help="validate a scenario and print what it contains")
     check.add_argument("scenario", type=Path)

@@ -79,10 +79,10 @@ Mix(uint64_t x)
     return x;
 }
 
-Ptr<Ipv4Route>
-FlowEcmpRouting::Lookup(const Ipv4Header& header, Ptr<const Packet> p)
+Ipv4RoutingTableEntry*
+FlowEcmpRouting::Choose(Ipv4Address src, Ipv4Address dst, uint32_t ports, uint8_t protocol)
 {
-    const auto& candidates = Candidates(header.GetDestination());
+    const auto& candidates = Candidates(dst);
     if (candidates.empty())
     {
         return nullptr;
@@ -90,16 +90,31 @@ FlowEcmpRouting::Lookup(const Ipv4Header& header, Ptr<const Packet> p)
     size_t idx = 0;
     if (candidates.size() > 1)
     {
-        uint8_t ports[4] = {0, 0, 0, 0}; // L4 source and destination ports lead the payload
-        p->CopyData(ports, 4);
-        uint64_t key = (uint64_t(header.GetSource().Get()) << 32) ^ header.GetDestination().Get();
-        key ^= (uint64_t(ports[0]) << 56) | (uint64_t(ports[1]) << 48) | (uint64_t(ports[2]) << 40) |
-               (uint64_t(ports[3]) << 24);
-        key ^= header.GetProtocol();
+        uint64_t key = (uint64_t(src.Get()) << 32) ^ dst.Get() ^ (uint64_t(ports) << 24) ^ protocol;
         uint64_t salt = Mix(s_seed ^ (uint64_t(m_ipv4->GetObject<Node>()->GetId()) + 1) * 0x9e3779b97f4a7c15ULL);
         idx = Mix(key ^ salt) % candidates.size();
     }
-    Ipv4RoutingTableEntry* e = candidates[idx];
+    return candidates[idx];
+}
+
+Ptr<NetDevice>
+FlowEcmpRouting::ChooseDevice(Ipv4Address src, Ipv4Address dst, uint16_t srcPort, uint16_t dstPort, uint8_t protocol)
+{
+    Ipv4RoutingTableEntry* e = Choose(src, dst, (uint32_t(srcPort) << 16) | dstPort, protocol);
+    return e ? m_ipv4->GetNetDevice(e->GetInterface()) : nullptr;
+}
+
+Ptr<Ipv4Route>
+FlowEcmpRouting::Lookup(const Ipv4Header& header, Ptr<const Packet> p)
+{
+    uint8_t b[4] = {0, 0, 0, 0}; // L4 source and destination ports lead the payload
+    p->CopyData(b, 4);
+    uint32_t ports = (uint32_t(b[0]) << 24) | (uint32_t(b[1]) << 16) | (uint32_t(b[2]) << 8) | b[3];
+    Ipv4RoutingTableEntry* e = Choose(header.GetSource(), header.GetDestination(), ports, header.GetProtocol());
+    if (!e)
+    {
+        return nullptr;
+    }
     Ptr<Ipv4Route> route = Create<Ipv4Route>();
     route->SetDestination(e->GetDest());
     route->SetSource(m_ipv4->GetAddress(e->GetInterface(), 0).GetLocal());

@@ -35,7 +35,18 @@ class FlowEcmpRouting : public ns3::Ipv4GlobalRouting
     /// Seed mixed into every node's hash (the scenario seed): a new seed, new path choices.
     static void SetHashSeed(uint64_t seed);
 
+    /// The output device this node uses for a TCP/UDP 5-tuple (nullptr: no route).
+    ns3::Ptr<ns3::NetDevice> ChooseDevice(ns3::Ipv4Address src,
+                                          ns3::Ipv4Address dst,
+                                          uint16_t srcPort,
+                                          uint16_t dstPort,
+                                          uint8_t protocol);
+
   private:
+    ns3::Ipv4RoutingTableEntry* Choose(ns3::Ipv4Address src,
+                                       ns3::Ipv4Address dst,
+                                       uint32_t ports,
+                                       uint8_t protocol);
     ns3::Ptr<ns3::Ipv4Route> Lookup(const ns3::Ipv4Header& header, ns3::Ptr<const ns3::Packet> p);
     const std::vector<ns3::Ipv4RoutingTableEntry*>& Candidates(ns3::Ipv4Address dst);
 

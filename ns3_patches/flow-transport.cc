@@ -121,8 +121,12 @@ FlowSender::GetTypeId()
 }
 
 void
-FlowSender::Setup(FlowTable* table, std::shared_ptr<DeliveryQueue> delivery, const Address& peer)
+FlowSender::Setup(FlowTable* table,
+                  std::shared_ptr<DeliveryQueue> delivery,
+                  uint16_t localPort,
+                  const Address& peer)
 {
+    m_localPort = localPort;
     m_table = table;
     m_delivery = std::move(delivery);
     m_peer = peer;
@@ -210,7 +214,7 @@ void
 FlowSender::StartApplication()
 {
     m_socket = Socket::CreateSocket(GetNode(), TcpSocketFactory::GetTypeId());
-    m_socket->Bind();
+    m_socket->Bind(InetSocketAddress(Ipv4Address::GetAny(), m_localPort));
     m_socket->ShutdownRecv();
     m_socket->SetConnectCallback(MakeCallback(&FlowSender::ConnectionSucceeded, this),
                                  MakeCallback(&FlowSender::ConnectionFailed, this));
@@ -364,15 +368,18 @@ FlowSink::Receive(Ptr<Socket> socket)
 FlowManager::FlowManager(NetworkBuilder* network, uint32_t nFlows)
     : m_network(network),
       m_table(nFlows),
-      m_nextPort(network->GetNNodes(), 1024)
+      m_nextSinkPort(network->GetNNodes(), 1024),
+      m_nextSenderPort(network->GetNNodes(), 49152)
 {
 }
 
 uint32_t
 FlowManager::OpenConnection(uint32_t src, uint32_t dst)
 {
-    uint16_t port = m_nextPort.at(dst)++;
-    NS_ABORT_MSG_IF(port == 0, "more than 64511 connections into node " << dst);
+    NS_ABORT_MSG_IF(m_nextSinkPort.at(dst) >= 49152, "more than 48128 connections into node " << dst);
+    NS_ABORT_MSG_IF(m_nextSenderPort.at(src) > 65535, "more than 16384 connections from node " << src);
+    uint16_t port = m_nextSinkPort[dst]++;
+    uint16_t localPort = m_nextSenderPort[src]++;
     auto delivery = std::make_shared<DeliveryQueue>();
 
     Ptr<FlowSink> sink = CreateObject<FlowSink>();
@@ -381,13 +388,23 @@ FlowManager::OpenConnection(uint32_t src, uint32_t dst)
     sink->SetStartTime(Seconds(0)); // relative to now when added during the run
 
     Ptr<FlowSender> sender = CreateObject<FlowSender>();
-    sender->Setup(&m_table, delivery, InetSocketAddress(m_network->GetAddress(dst), port));
+    sender->Setup(&m_table, delivery, localPort, InetSocketAddress(m_network->GetAddress(dst), port));
     m_network->GetNode(src)->AddApplication(sender);
     sender->SetStartTime(Seconds(0));
 
     m_senders.push_back(sender);
     m_srcNode.push_back(src);
+    m_dstNode.push_back(dst);
+    m_srcPort.push_back(localPort);
+    m_dstPort.push_back(port);
     return m_senders.size() - 1;
+}
+
+uint32_t
+FlowManager::GetConnectionPath(uint32_t conn, uint32_t* out, uint32_t cap) const
+{
+    uint32_t n = m_network->TracePath(m_srcNode.at(conn), m_dstNode[conn], m_srcPort[conn], m_dstPort[conn], out, cap);
+    return n + m_network->TracePath(m_dstNode[conn], m_srcNode[conn], m_dstPort[conn], m_srcPort[conn], out + n, cap - n);
 }
 
 void

@@ -74,7 +74,10 @@ class FlowSender : public ns3::Application
   public:
     static ns3::TypeId GetTypeId();
 
-    void Setup(FlowTable* table, std::shared_ptr<DeliveryQueue> delivery, const ns3::Address& peer);
+    void Setup(FlowTable* table,
+               std::shared_ptr<DeliveryQueue> delivery,
+               uint16_t localPort,
+               const ns3::Address& peer);
     /// Append a flow of `bytes` behind the flows already queued on this connection.
     void Enqueue(uint32_t flow, uint64_t bytes);
     /// Remove up to `bytes` not yet written of `flow`; returns the bytes removed.
@@ -96,6 +99,7 @@ class FlowSender : public ns3::Application
 
     FlowTable* m_table = nullptr;
     std::shared_ptr<DeliveryQueue> m_delivery;
+    uint16_t m_localPort = 0;
     ns3::Address m_peer;
     ns3::Ptr<ns3::Socket> m_socket;
     bool m_connected = false;
@@ -136,6 +140,8 @@ class FlowManager
 
     /// Create a sender on `src` and a sink on `dst`; the handshake starts now. Returns its id.
     uint32_t OpenConnection(uint32_t src, uint32_t dst);
+    /// Ports crossed by the connection's data (src -> dst) then its ACKs (dst -> src).
+    uint32_t GetConnectionPath(uint32_t conn, uint32_t* out, uint32_t cap) const;
     /// Start `flow` of `bytes` on connection `conn` at the current time, in the source's context.
     void StartFlow(uint32_t flow, uint32_t conn, uint64_t bytes);
     /// Remove up to `bytes` unsent bytes of `flow` (on `conn`); returns bytes removed.
@@ -150,7 +156,11 @@ class FlowManager
     FlowTable m_table;
     std::vector<ns3::Ptr<FlowSender>> m_senders;
     std::vector<uint32_t> m_srcNode;
-    std::vector<uint32_t> m_nextPort; //!< per destination node
+    std::vector<uint32_t> m_dstNode;
+    std::vector<uint16_t> m_srcPort;
+    std::vector<uint16_t> m_dstPort;
+    std::vector<uint32_t> m_nextSinkPort;   //!< per node: listening ports from 1024 up
+    std::vector<uint32_t> m_nextSenderPort; //!< per node: chosen, not ephemeral, so paths are known
 };
 
 } // namespace wormhole

@@ -111,6 +111,8 @@ NetworkBuilder::Build(uint32_t nNodes,
             }
             m_portQueueDisc.push_back(qdiscs.Get(side));
             m_portDevice.push_back(DynamicCast<PointToPointNetDevice>(devices.Get(side)));
+            m_portNode.push_back(node);
+            m_portOfDevice[PeekPointer(devices.Get(side))] = m_portDevice.size() - 1;
             m_txPackets.push_back(0);
             uint64_t* counter = &m_txPackets.back();
             devices.Get(side)->TraceConnectWithoutContext(
@@ -119,6 +121,43 @@ NetworkBuilder::Build(uint32_t nNodes,
         }
     }
     Ipv4GlobalRoutingHelper::PopulateRoutingTables();
+    for (uint32_t n = 0; n < nNodes; n++)
+    {
+        Ptr<Ipv4ListRouting> list =
+            DynamicCast<Ipv4ListRouting>(m_nodes.Get(n)->GetObject<Ipv4>()->GetRoutingProtocol());
+        Ptr<FlowEcmpRouting> ecmp;
+        for (uint32_t i = 0; list && i < list->GetNRoutingProtocols() && !ecmp; i++)
+        {
+            int16_t priority;
+            ecmp = DynamicCast<FlowEcmpRouting>(list->GetRoutingProtocol(i, priority));
+        }
+        m_routing.push_back(ecmp);
+    }
+}
+
+uint32_t
+NetworkBuilder::TracePath(uint32_t src,
+                          uint32_t dst,
+                          uint16_t srcPort,
+                          uint16_t dstPort,
+                          uint32_t* out,
+                          uint32_t cap) const
+{
+    Ipv4Address from = GetAddress(src);
+    Ipv4Address to = GetAddress(dst);
+    uint32_t n = 0;
+    for (uint32_t node = src; node != dst && n < cap;)
+    {
+        Ptr<NetDevice> device = m_routing.at(node)->ChooseDevice(from, to, srcPort, dstPort, 6);
+        auto port = device ? m_portOfDevice.find(PeekPointer(device)) : m_portOfDevice.end();
+        if (port == m_portOfDevice.end())
+        {
+            break; // no route: the caller sees a path that does not reach dst
+        }
+        out[n++] = port->second;
+        node = m_portNode[port->second ^ 1]; // the other end of the link
+    }
+    return n;
 }
 
 uint32_t

@@ -10,12 +10,15 @@
 #define WORMHOLE_NETWORK_BUILDER_H
 
 // Headers stay narrow: cppyy parses them at every import (the .cc files include whole modules).
+#include "flow-ecmp-routing.h"
+
 #include "ns3/ipv4-address.h"
 #include "ns3/node-container.h"
 #include "ns3/point-to-point-net-device.h"
 #include "ns3/queue-disc.h"
 
 #include <deque>
+#include <unordered_map>
 #include <vector>
 
 namespace wormhole
@@ -54,6 +57,9 @@ class NetworkBuilder
     ns3::Ptr<ns3::PointToPointNetDevice> GetPortDevice(uint32_t port) const;
     /// Bytes queued per port (queue disc + device queue) into out[0..nPorts).
     void ReadQueueBytes(uint32_t* out) const;
+    /// The ports a TCP connection's packets from src to dst cross, in order (per-flow ECMP
+    /// decides as it will for the real packets). Returns the count written into out (<= cap).
+    uint32_t TracePath(uint32_t src, uint32_t dst, uint16_t srcPort, uint16_t dstPort, uint32_t* out, uint32_t cap) const;
     /// Packets each port has sent onto its link, into out[0..nPorts).
     void ReadPortTxPackets(uint64_t* out) const;
     /// ECN thresholds used for a link of this rate (packets).
@@ -64,6 +70,9 @@ class NetworkBuilder
     std::vector<ns3::Ipv4Address> m_firstAddress;
     std::vector<ns3::Ptr<ns3::QueueDisc>> m_portQueueDisc;
     std::vector<ns3::Ptr<ns3::PointToPointNetDevice>> m_portDevice;
+    std::vector<uint32_t> m_portNode;                       //!< node owning each port
+    std::unordered_map<const ns3::NetDevice*, uint32_t> m_portOfDevice;
+    std::vector<ns3::Ptr<FlowEcmpRouting>> m_routing;       //!< per node
     std::deque<uint64_t> m_txPackets; //!< per port, on PhyTxBegin (deque: stable addresses)
 };
 

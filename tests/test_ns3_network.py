@@ -67,6 +67,24 @@ def test_ecmp_keeps_a_flow_on_one_path(simulation):
     assert (uplinks > 0).sum() == 1  # every data packet of the connection took the same spine
 
 
+def test_traced_paths_are_the_ports_packets_cross(simulation, h):
+    net, topo = simulation({"kind": "fat-tree", "k": 4, "host_link": LINK, "fabric_link": LINK}, 4)
+    pairs = [(0, 15), (3, 8), (5, 6), (12, 1)]
+    conns = [int(net.flows.OpenConnection(s, d)) for s, d in pairs]
+    paths = []
+    for flow, conn in enumerate(conns):
+        out = np.zeros(64, dtype=np.uint32)
+        n = int(net.flows.GetConnectionPath(conn, out, len(out)))
+        paths.append(set(out[:n].tolist()))
+        net.flows.StartFlow(flow, conn, 300_000)
+    assert [len(p) for p in paths] == [12, 12, 8, 12]  # cross-pod: 6 hops each way; same pod: 4
+    table = net.flows.GetTable()
+    while any(table.GetEndNs(i) < 0 for i in range(4)) and net.now_ns() < 10**9:
+        h.wh.RunUntil(10**9)
+    used = set(np.flatnonzero(tx_packets(net)).tolist())
+    assert used == set().union(*paths)
+
+
 def test_ecmp_spreads_flows_over_spines(simulation):
     net, topo = simulation(leaf_spine(), 16)
     flows = [FlowTask(i, i % 8, 8 + (i % 8), 200_000) for i in range(16)]

@@ -1,0 +1,159 @@
+"""Validation metrics: how far a candidate run (accelerated, or stock on another seed) is from stock.
+
+Pure functions on RunResults, DataFrames and dicts; running simulations is bridge.validate's job.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:  # the report layer sits below the API; it only reads RunResults
+    from ..api import RunResult
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return num / den if num is not None and den else None
+
+
+def fct_errors(reference: pd.DataFrame, candidate: pd.DataFrame) -> pd.DataFrame:
+    """Flows finished in both runs, matched by flow_id: flow_id, fct_ref, fct_cand, error.
+
+    error = |FCT_c - FCT_s| / FCT_s. Flow sizes are >= 1 byte, so a finished FCT is > 0.
+    """
+    ref = reference.loc[reference.fct_ns >= 0, ["flow_id", "fct_ns"]]
+    cand = candidate.loc[candidate.fct_ns >= 0, ["flow_id", "fct_ns"]]
+    both = ref.merge(cand, on="flow_id", suffixes=("_ref", "_cand")).sort_values("flow_id")
+    both = both.rename(columns={"fct_ns_ref": "fct_ref", "fct_ns_cand": "fct_cand"}).reset_index(drop=True)
+    both["error"] = (both.fct_cand - both.fct_ref).abs() / both.fct_ref
+    return both
+
+
+def error_stats(errors: pd.Series) -> dict:
+    """mean, p50, p99, max of relative errors (all None when there are none)."""
+    if errors.empty:
+        return dict.fromkeys(("mean", "p50", "p99", "max"))
+    e = errors.to_numpy(dtype=float)
+    return {"mean": float(e.mean()), "p50": float(np.percentile(e, 50)),
+            "p99": float(np.percentile(e, 99)), "max": float(e.max())}
+
+
+def iteration_errors(reference: pd.DataFrame | None, candidate: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Iterations finished in both runs: iteration, time_ref, time_cand, error (None for loose flows)."""
+    if reference is None or candidate is None:
+        return None
+    ref = reference.loc[reference.time_ns >= 0, ["iteration", "time_ns"]]
+    cand = candidate.loc[candidate.time_ns >= 0, ["iteration", "time_ns"]]
+    both = ref.merge(cand, on="iteration", suffixes=("_ref", "_cand")).sort_values("iteration")
+    both = both.rename(columns={"time_ns_ref": "time_ref", "time_ns_cand": "time_cand"}).reset_index(drop=True)
+    both["error"] = (both.time_cand - both.time_ref).abs() / both.time_ref
+    return both
+
+
+def compare(reference: RunResult, candidate: RunResult) -> dict:
+    """Speedups, FCT and iteration-time errors and skipped events of candidate against reference.
+
+    A flow unfinished in either run (or present in only one) has no FCT to compare: it counts in
+    `unmatched` and is left out of the error statistics.
+    """
+    errors = fct_errors(reference.flows, candidate.flows)
+    ids = set(reference.flows.flow_id) | set(candidate.flows.flow_id)
+    iters = iteration_errors(reference.iterations, candidate.iterations)
+    ref_s, cand_s = reference.summary, candidate.summary
+    return {
+        "speedup_loop": _ratio(ref_s["wall_s"]["loop"], cand_s["wall_s"]["loop"]),
+        "speedup_total": _ratio(ref_s["wall_s"]["total"], cand_s["wall_s"]["total"]),
+        "fct_error": error_stats(errors.error),
+        "iteration_error_max": float(iters.error.max()) if iters is not None and len(iters) else None,
+        "skipped_fraction": 1 - cand_s["events"] / ref_s["events"] if ref_s["events"] else None,
+        "flows": len(ids),
+        "matched": len(errors),
+        "unmatched": len(ids) - len(errors),
+    }
+
+
+def noise_floor(reference: RunResult, other_seed: RunResult) -> dict:
+    """The errors two stock runs differing only in their seed show: what 'accurate' can mean."""
+    c = compare(reference, other_seed)
+    return {"fct_error": c["fct_error"], "iteration_error_max": c["iteration_error_max"],
+            "unmatched": c["unmatched"]}
+
+
+def within_noise_floor(result: dict, floor: dict) -> bool | None:
+    """Candidate mean FCT error <= the noise floor's (None when either has no matched flow)."""
+    mine, noise = result["fct_error"]["mean"], floor["fct_error"]["mean"]
+    return None if mine is None or noise is None else mine <= noise
+
+
+def flatten(counters: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}: nested counters as table rows."""
+    rows = {}
+    for key, value in counters.items():
+        if isinstance(value, dict):
+            rows.update(flatten(value, f"{prefix}{key}."))
+        else:
+            rows[f"{prefix}{key}"] = value
+    return rows
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.3f} %"
+
+
+def _times(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}x"
+
+
+def _value(x) -> str:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    return f"{x:,}" if isinstance(x, int) else f"{x:,.3f}"
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
+def render_markdown(v: dict, plots: list[str]) -> str:
+    """report.md from a validation.json dict and the PNG file names written beside it."""
+    stock, cand, floor = v["stock"], v["accel"], v.get("noise_floor")
+    label = v["candidate"]
+    m = v["machine"]
+    out = [f"# Validation: {v['scenario']}", "",
+           f"- scenario: `{stock['scenario_file']}` (fingerprint `{v['fingerprint'][:12]}`), seed {stock['seed']}",
+           f"- candidate: {label} (seed {cand['seed']}, mode {cand['mode']})",
+           f"- machine: {m['platform']}, {m['cpu_count']} CPUs, {m['processor'] or 'unknown processor'}, "
+           f"Python {m['python']}; ns-3 {stock['versions']['ns3']}, wormhole {stock['versions']['wormhole']}",
+           f"- flows: {v['flows']} ({v['matched']} matched, {v['unmatched']} unfinished in either run)",
+           "", "## Wall time (s)", ""]
+    out += _table(["phase", "stock", label, "stock / " + label],
+                  [[k, f"{stock['wall_s'][k]:.3f}", f"{cand['wall_s'][k]:.3f}",
+                    _times(_ratio(stock["wall_s"][k], cand["wall_s"][k]))]
+                   for k in ("import", "build", "loop", "total")])
+    out += ["", f"Speedup: **{_times(v['speedup_loop'])}** on the simulation loop, "
+                f"{_times(v['speedup_total'])} end to end. Events: {stock['events']:,} stock, "
+                f"{cand['events']:,} {label} (skipped fraction {_pct(v['skipped_fraction'])}).",
+            "", "## Error against stock", ""]
+    header = ["metric", label] + (["noise floor (stock, other seed)"] if floor else [])
+    rows = [[f"FCT error {k}", _pct(v["fct_error"][k])] + ([_pct(floor["fct_error"][k])] if floor else [])
+            for k in ("mean", "p50", "p99", "max")]
+    rows.append(["iteration time error max", _pct(v["iteration_error_max"])]
+                + ([_pct(floor["iteration_error_max"])] if floor else []))
+    out += _table(header, rows)
+    if floor:
+        verdict = {True: "within", False: "**above**", None: "not comparable to"}[v["within_noise_floor"]]
+        out += ["", f"The {label} run's mean FCT error is {verdict} the noise floor."]
+    if "iteration_time_ns" in stock and "iteration_time_ns" in cand:
+        out += ["", "## Iteration times (ms)", ""]
+        out += _table(["iteration", "stock", label, "error"],
+                      [[i, f"{a / 1e6:.4f}", f"{b / 1e6:.4f}", _pct(abs(b - a) / a if a > 0 and b >= 0 else None)]
+                       for i, (a, b) in enumerate(zip(stock["iteration_time_ns"], cand["iteration_time_ns"]))])
+    if isinstance(cand.get("accel"), dict):
+        out += ["", "## Acceleration counters", ""]
+        out += _table(["counter", "value"],
+                      [[k, _value(x)] for k, x in flatten(cand["accel"]).items()])
+    out += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    return "\n".join(out) + "\n"

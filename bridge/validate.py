@@ -1,0 +1,132 @@
+"""`wormhole validate`: run stock and accelerated on one scenario, then report speedup and error.
+
+Layout of the output folder:
+    stock/                 the stock run (bridge.api output files)
+    accel/                 the candidate run: accelerated, or stock-seed<N>/ when testing against a seed
+    stock-seed<N>/         with noise_floor: stock again on seed + 1
+    validation.json        metrics and both summaries (bridge.report.validation.compare)
+    report.md              the human-readable report, linking the PNGs below
+    fct_scatter.png, fct_error_cdf.png, timeline.png
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from . import api
+from .report import plots
+from .report.validation import compare, fct_errors, noise_floor as noise_floor_of, render_markdown, within_noise_floor
+from .scenario import Scenario
+
+PLOTS = ["fct_scatter.png", "fct_error_cdf.png", "timeline.png"]
+
+
+def _cpu_model() -> str:
+    # platform.processor() is empty on most Linux systems; /proc/cpuinfo names the model.
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def machine() -> dict:
+    return {"platform": platform.platform(), "cpu_count": os.cpu_count(), "processor": _cpu_model(),
+            "python": platform.python_version()}
+
+
+def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int | None = None,
+             noise_floor: bool = False, candidate_accel: bool = True, candidate_seed: int | None = None,
+             timeout_s: float | None = None, log: Callable[[str], None] | None = None) -> dict:
+    """Run stock, then the candidate, (then stock on seed + 1), and write the validation outputs.
+
+    The candidate is the accelerated run on the same seed; candidate_accel=False makes it a stock
+    run on candidate_seed instead (how the comparison is tested without acceleration). Runs go one
+    after the other so that none disturbs another's timing. Everything is written to a private
+    folder first and moved into out_dir only when all runs succeeded: a failed validation leaves
+    earlier results alone. Returns the validation.json contents.
+    """
+    if not isinstance(scenario, Scenario):
+        scenario = api.load_scenario(scenario)  # scenario errors before any run starts
+    log = log or (lambda _: None)
+    seed = scenario.seed if seed is None else seed
+    if candidate_accel:
+        cand_name, cand_seed = "accel", seed
+    else:
+        cand_seed = seed if candidate_seed is None else candidate_seed
+        cand_name = f"stock-seed{cand_seed}"
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
+    try:
+        def run(name: str, accel: bool, run_seed: int) -> api.RunResult:
+            log(f"{name}: {'accelerated' if accel else 'stock'} run, seed {run_seed}")
+            return api.run(scenario, work / name, accel=accel, seed=run_seed, timeout_s=timeout_s)
+
+        stock = run("stock", False, seed)
+        cand = run(cand_name, candidate_accel, cand_seed)
+        noise = None
+        if noise_floor:
+            noise_name = f"stock-seed{seed + 1}"
+            noise = cand if noise_name == cand_name else run(noise_name, False, seed + 1)
+
+        result = {"scenario": scenario.name, "fingerprint": scenario.fingerprint(), "candidate": cand_name,
+                  "machine": machine(), **compare(stock, cand)}
+        if noise is not None:
+            result["noise_floor"] = noise_floor_of(stock, noise)
+            result["within_noise_floor"] = within_noise_floor(result, result["noise_floor"])
+        result["stock"], result["accel"] = stock.summary, cand.summary
+        (work / "validation.json").write_text(json.dumps(result, indent=2) + "\n")
+
+        errors = fct_errors(stock.flows, cand.flows)
+        plots.fct_scatter(errors, work / "fct_scatter.png", cand_name)
+        plots.fct_error_cdf(errors.error, fct_errors(stock.flows, noise.flows).error if noise else None,
+                            work / "fct_error_cdf.png", cand_name)
+        partitions_csv = work / cand_name / "partitions.csv"
+        partitions = pd.read_csv(partitions_csv) if partitions_csv.exists() else None
+        plots.timeline(cand.flows, partitions, work / "timeline.png", cand_name)
+        (work / "report.md").write_text(render_markdown(result, PLOTS))
+
+        for item in work.iterdir():
+            target = out_dir / item.name
+            if target.is_dir():
+                shutil.rmtree(target)
+            os.replace(item, target)
+        return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def console_table(v: dict):
+    """A rich Table of the headline numbers, for the terminal."""
+    from rich.table import Table
+
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{100 * x:.2f} %"
+
+    floor = v.get("noise_floor")
+    table = Table(title=f"{v['scenario']}: stock vs {v['candidate']}")
+    table.add_column("metric")
+    table.add_column(v["candidate"], justify="right")
+    if floor:
+        table.add_column("noise floor", justify="right")
+    for name, key in (("speedup (loop)", "speedup_loop"), ("speedup (total)", "speedup_total")):
+        table.add_row(name, "n/a" if v[key] is None else f"{v[key]:.2f}x")
+    for k in ("mean", "p99", "max"):
+        table.add_row(f"FCT error {k}", pct(v["fct_error"][k]), *([pct(floor["fct_error"][k])] if floor else []))
+    if v["iteration_error_max"] is not None:
+        table.add_row("iteration error max", pct(v["iteration_error_max"]),
+                      *([pct(floor["iteration_error_max"])] if floor else []))
+    table.add_row("skipped events", pct(v["skipped_fraction"]))
+    table.add_row("unmatched flows", f"{v['unmatched']} of {v['flows']}", *([str(floor["unmatched"])] if floor else []))
+    return table
