@@ -1,0 +1,126 @@
+"""Port-level network partitions: connected components of the active flows' port graph.
+
+Two flows are in one partition when they share a port (one direction of a link, with its queue),
+counting both the data path and the ACK path. Then every event of the simulation belongs to
+exactly one partition through its tag (the ports it touches, and the node tags of its hosts: a
+host has one link, so its node tag can only belong to the partition using that link), which is
+what makes freezing a partition exact. Kept incrementally: a starting flow merges the partitions
+it touches, a finishing flow splits its partition into the components that remain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import count
+
+
+@dataclass
+class Partition:
+    id: int
+    flows: set[int] = field(default_factory=set)
+    ports: set[int] = field(default_factory=set)
+    hosts: set[int] = field(default_factory=set)
+
+    def tags(self, n_ports: int) -> list[int]:
+        """Simulator tags of this partition: its ports, then its hosts' node tags."""
+        return sorted(self.ports) + sorted(n_ports + h for h in self.hosts)
+
+
+class Partitions:
+    """The partitions of the active flows, updated as flows start and finish."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, Partition] = {}
+        self.of_port: dict[int, int] = {}
+        self.of_flow: dict[int, int] = {}
+        self.flow_ports: dict[int, frozenset[int]] = {}
+        self.flow_hosts: dict[int, tuple[int, int]] = {}
+        self._ids = count()
+
+    def __iter__(self):
+        return iter(self.by_id.values())
+
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+    def touching(self, ports) -> set[int]:
+        """Ids of the partitions that use any of these ports."""
+        return {self.of_port[p] for p in ports if p in self.of_port}
+
+    def add_flow(self, flow: int, ports: frozenset[int], hosts: tuple[int, int]) -> Partition:
+        """A flow starts: merge every partition it touches with it; returns the result."""
+        merged = sorted(self.touching(ports), key=lambda pid: -len(self.by_id[pid].flows))
+        # Keep the largest partition's id so that its history (steady samples) stays attached.
+        part = self.by_id[merged[0]] if merged else self._new()
+        for pid in merged[1:]:
+            other = self.by_id.pop(pid)
+            part.flows |= other.flows
+            part.ports |= other.ports
+            part.hosts |= other.hosts
+            for f in other.flows:
+                self.of_flow[f] = part.id
+            for p in other.ports:
+                self.of_port[p] = part.id
+        self.flow_ports[flow] = ports
+        self.flow_hosts[flow] = hosts
+        part.flows.add(flow)
+        part.ports |= ports
+        part.hosts |= set(hosts)
+        self.of_flow[flow] = part.id
+        for p in ports:
+            self.of_port[p] = part.id
+        return part
+
+    def remove_flow(self, flow: int) -> list[Partition]:
+        """A flow finishes: split what remains of its partition into components; returns them."""
+        old = self.by_id.pop(self.of_flow.pop(flow))
+        del self.flow_ports[flow], self.flow_hosts[flow]
+        for p in old.ports:
+            del self.of_port[p]
+        rest = old.flows - {flow}
+        parts = []
+        for component in components(self.flow_ports, rest):
+            part = self._new(old.id if not parts else None)  # the largest keeps the id
+            for f in component:
+                part.flows.add(f)
+                part.ports |= self.flow_ports[f]
+                part.hosts |= set(self.flow_hosts[f])
+                self.of_flow[f] = part.id
+            for p in part.ports:
+                self.of_port[p] = part.id
+            parts.append(part)
+        return parts
+
+    def snapshot(self) -> set[frozenset[int]]:
+        """The partitions as sets of flows (for comparisons)."""
+        return {frozenset(p.flows) for p in self}
+
+    def _new(self, pid: int | None = None) -> Partition:
+        part = Partition(next(self._ids) if pid is None else pid)
+        self.by_id[part.id] = part
+        return part
+
+
+def components(flow_ports: dict[int, frozenset[int]], flows: set[int]) -> list[set[int]]:
+    """Connected components of `flows` through shared ports, largest first."""
+    users: dict[int, list[int]] = {}
+    for f in flows:
+        for p in flow_ports[f]:
+            users.setdefault(p, []).append(f)
+    seen: set[int] = set()
+    found = []
+    for start in sorted(flows):
+        if start in seen:
+            continue
+        component, stack = set(), [start]
+        seen.add(start)
+        while stack:
+            f = stack.pop()
+            component.add(f)
+            for p in flow_ports[f]:
+                for g in users[p]:
+                    if g not in seen:
+                        seen.add(g)
+                        stack.append(g)
+        found.append(component)
+    return sorted(found, key=lambda c: (-len(c), min(c)))
