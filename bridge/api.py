@@ -16,7 +16,7 @@ from typing import Callable
 import pandas as pd
 
 from .runner import run_child
-from .scenario import Scenario, load_scenario
+from .scenario import Scenario, load_scenario, with_accel_overrides
 
 __all__ = ["RunResult", "load_scenario", "run", "read_results"]
 
@@ -41,17 +41,19 @@ def read_results(out_dir: str | Path) -> RunResult:
 
 
 def run(scenario: str | Path | Scenario, out_dir: str | Path | None = None, *, accel: bool = False,
-        fast_forward: bool = True, seed: int | None = None, stop_time_ns: int | None = None,
-        timeout_s: float | None = None, progress: Callable[[dict], None] | None = None) -> RunResult:
+        fast_forward: bool = True, accel_overrides: dict | None = None, seed: int | None = None,
+        stop_time_ns: int | None = None, timeout_s: float | None = None,
+        progress: Callable[[dict], None] | None = None) -> RunResult:
     """Simulate a scenario in a child process; with out_dir=None nothing is kept.
 
     accel=False is stock ns-3 (every packet simulated); accel=True runs the Wormhole engine,
     whose fast_forward=False ablation keeps the partition machinery but never freezes.
+    accel_overrides replaces fields of the scenario's `accel` block (theta, window, tau, ...).
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)  # validate here: errors surface before any child starts
-    payload = {"scenario": str(scenario.source_path), "seed": seed, "stop_time_ns": stop_time_ns,
-               "accel": accel, "fast_forward": fast_forward}
+    with_accel_overrides(scenario, accel_overrides)    payload = {"scenario": str(scenario.source_path), "seed": seed, "stop_time_ns": stop_time_ns,
+               "accel": accel, "fast_forward": fast_forward, "accel_overrides": accel_overrides}
     if out_dir is not None:
         run_child("bridge.simulation", payload, Path(out_dir), progress, timeout_s)
         return read_results(out_dir)

@@ -18,6 +18,22 @@ def _time_ns(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _add_accel_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--accel", action=argparse.BooleanOptionalAction, default=False,
+                        help="Wormhole acceleration: freeze steady partitions (default: off, stock ns-3)")
+    parser.add_argument("--ff", action=argparse.BooleanOptionalAction, default=True,
+                        help="with --accel: --no-ff keeps partitions and probes but never freezes (ablation)")
+    parser.add_argument("--theta", type=float, help="steady threshold on (max-min)/mean of a flow's rate")
+    parser.add_argument("--window", type=int, help="steady window: number of rate samples (l)")
+    parser.add_argument("--tau", type=_time_ns, help="rate sample period, e.g. 10us")
+
+
+def _accel_overrides(args: argparse.Namespace) -> dict | None:
+    given = {k: v for k, v in (("theta", args.theta), ("window", args.window), ("tau", args.tau))
+             if v is not None}
+    return given or None
+
+
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -34,8 +50,9 @@ def _run(args: argparse.Namespace) -> int:
         def progress(p: dict) -> None:
             bar.update(task, total=p["flows"], completed=p["flows_done"], sim=f"{p['sim_ns'] / 1e3:,.1f} us")
 
-        result = api.run(scenario, args.out, seed=args.seed, stop_time_ns=args.stop_time,
-                         timeout_s=args.timeout, progress=progress)
+        result = api.run(scenario, args.out, accel=args.accel, fast_forward=args.ff,
+                         accel_overrides=_accel_overrides(args), seed=args.seed,
+                         stop_time_ns=args.stop_time, timeout_s=args.timeout, progress=progress)
     s = result.summary
     wall = s["wall_s"]
     console.print(f"{s['flows_finished']}/{s['flows']} flows, simulated {s['sim_time_ns'] / 1e3:,.1f} us, "
@@ -67,13 +84,26 @@ def _check(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .validate import console_table, validate
 
     console = Console(stderr=True)
-    result = validate(args.scenario, args.out, seed=args.seed, noise_floor=args.noise_floor,
-                      candidate_accel=args.against_seed is None, candidate_seed=args.against_seed,
-                      timeout_s=args.timeout, log=lambda line: console.print(f"[dim]{line}"))
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("flows  sim {task.fields[sim]}"), TimeElapsedColumn(),
+                  console=console, disable=args.quiet, transient=False) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(name: str, p: dict | None) -> None:
+            if p is None:
+                tasks[name] = bar.add_task(name, total=None, sim="0 us")
+            else:
+                bar.update(tasks[name], total=p["flows"], completed=p["flows_done"],
+                           sim=f"{p['sim_ns'] / 1e3:,.1f} us")
+
+        result = validate(args.scenario, args.out, seed=args.seed, noise_floor=args.noise_floor,
+                          candidate_accel=args.against_seed is None, candidate_seed=args.against_seed,
+                          timeout_s=args.timeout, progress=progress)
     console.print(console_table(result))
     console.print(f"report: {args.out / 'report.md'}")
     return 0
@@ -91,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--stop-time", type=_time_ns, help="cap on simulated time, e.g. 50ms")
     run.add_argument("--timeout", type=float, help="wall-clock limit in seconds")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_accel_arguments(run)
     run.set_defaults(handler=_run)
 
     validate = sub.add_parser("validate", help="run stock and accelerated, report speedup and error")
@@ -100,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="also run stock on seed + 1: the error the seed alone causes")
     validate.add_argument("--seed", type=int, help="override the scenario's seed (both runs)")
     validate.add_argument("--timeout", type=float, help="wall-clock limit per run, in seconds")
+    validate.add_argument("--quiet", action="store_true", help="no progress bars")
     # Testing: compare stock against stock on another seed instead of the accelerated run.
     validate.add_argument("--against-seed", type=int, help=argparse.SUPPRESS)
     validate.set_defaults(handler=_validate)

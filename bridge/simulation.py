@@ -15,11 +15,12 @@ from typing import Callable
 
 from . import __version__
 from .engine.executor import Executor
-from .errors import WormholeError
+from .engine.fastforward import FastForward
 from .ns3.loader import load, ns3_version
-from .ns3.network import build_network, configure_transport, segment_size
-from .report.tables import IdealFct, fct_stats, flows_frame, iterations_frame, write_fct_txt
-from .scenario import Scenario
+from .ns3.network import build_network, configure_transport, segment_size, use_tag_simulator
+from .report.tables import (IdealFct, accel_summary, fct_stats, flows_frame, iterations_frame,
+                            partitions_frame, write_fct_txt)
+from .scenario import Scenario, with_accel_overrides
 from .topology import Topology, build_topology
 from .workload.dag import Workload
 from .workload.flows import load_flows
@@ -33,6 +34,7 @@ class RunOptions:
     stop_time_ns: int | None = None
     accel: bool = False            # the Wormhole engine instead of stock ns-3
     fast_forward: bool = True      # --no-ff ablation when False
+    accel_overrides: dict | None = None  # theta, window, tau, ... over the scenario's accel block
 
 
 def build_workload(scenario: Scenario, topology: Topology) -> Workload:
@@ -52,10 +54,10 @@ def build_workload(scenario: Scenario, topology: Topology) -> Workload:
 
 def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
              progress: Callable[[int, int, int], None] | None = None) -> dict:
-    """Run the scenario in this process, write flows.csv, fct.txt, iterations.csv, summary.json."""
-    if options.accel:
-        raise WormholeError("acceleration (--accel) is not built yet; run with accel off")
+    """Run the scenario in this process, write flows.csv, fct.txt, iterations.csv, summary.json
+    (and partitions.csv, the mode timeline, when accelerated)."""
     t0 = time.perf_counter()
+    scenario = with_accel_overrides(scenario, options.accel_overrides)
     topology = build_topology(scenario.topology)
     workload = build_workload(scenario, topology)
     seed = scenario.seed if options.seed is None else options.seed
@@ -63,11 +65,14 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
     h = load()
     import_s = time.perf_counter() - t_import
     t_build = time.perf_counter()
+    if options.accel:
+        use_tag_simulator(h)
     configure_transport(h, scenario.transport, seed)
     net = build_network(h, topology, scenario.transport, len(workload.flows))
+    ff = FastForward(net, len(workload.flows), scenario.accel, options.fast_forward) if options.accel else None
     build_s = time.perf_counter() - t_build
     stop = options.stop_time_ns or scenario.stop_time or DEFAULT_STOP_TIME_NS
-    run = Executor(workload, net, stop, progress).run()
+    run = Executor(workload, net, stop, progress, fast_forward=ff).run()
 
     ideal = IdealFct(topology, scenario.transport.mtu, segment_size(scenario.transport))
     flows = flows_frame(workload, run, ideal)
@@ -79,7 +84,7 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
         "scenario_file": str(scenario.source_path),
         "scenario_fingerprint": scenario.fingerprint(),
         "seed": seed,
-        "mode": "stock",
+        "mode": ("accel" if options.fast_forward else "accel-no-ff") if options.accel else "stock",
         "flows": len(flows),
         "flows_finished": int((flows.end_ns >= 0).sum()),
         "bytes": int(flows.size_bytes.sum()),
@@ -94,6 +99,9 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
         "events_per_s": round(run.events / run.loop_s) if run.loop_s > 0 else None,
         "versions": {"wormhole": __version__, "ns3": ns3_version(), "python": platform.python_version()},
     }
+    if ff is not None:
+        summary["accel"] = accel_summary(ff, flows, scenario.accel)
+        partitions_frame(ff.stats.intervals).to_csv(out_dir / "partitions.csv", index=False)
     if workload.iterations:
         iterations = iterations_frame(workload, run)
         iterations.to_csv(out_dir / "iterations.csv", index=False)
@@ -107,7 +115,8 @@ def _child(payload: dict, progress: Callable[[dict], None]) -> dict:
 
     scenario = load_scenario(payload["scenario"])
     options = RunOptions(seed=payload.get("seed"), stop_time_ns=payload.get("stop_time_ns"),
-                         accel=payload.get("accel", False), fast_forward=payload.get("fast_forward", True))
+                         accel=payload.get("accel", False), fast_forward=payload.get("fast_forward", True),
+                         accel_overrides=payload.get("accel_overrides"))
     return simulate(scenario, Path(payload["out"]), options,
                     lambda now, done, total: progress({"sim_ns": now, "flows_done": done, "flows": total}))
 

@@ -22,6 +22,7 @@ from typing import Callable
 import pandas as pd
 
 from . import api
+from .ns3.patches import build_library
 from .report import plots
 from .report.validation import compare, fct_errors, noise_floor as noise_floor_of, render_markdown, within_noise_floor
 from .scenario import Scenario
@@ -47,31 +48,35 @@ def machine() -> dict:
 
 def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int | None = None,
              noise_floor: bool = False, candidate_accel: bool = True, candidate_seed: int | None = None,
-             timeout_s: float | None = None, log: Callable[[str], None] | None = None) -> dict:
+             timeout_s: float | None = None, progress: Callable[[str, dict | None], None] | None = None) -> dict:
     """Run stock, then the candidate, (then stock on seed + 1), and write the validation outputs.
 
     The candidate is the accelerated run on the same seed; candidate_accel=False makes it a stock
     run on candidate_seed instead (how the comparison is tested without acceleration). Runs go one
     after the other so that none disturbs another's timing. Everything is written to a private
     folder first and moved into out_dir only when all runs succeeded: a failed validation leaves
-    earlier results alone. Returns the validation.json contents.
+    earlier results alone. progress(name, None) announces a run, then progress(name, p) relays its
+    api.run progress. Returns the validation.json contents.
     """
     if not isinstance(scenario, Scenario):
         scenario = api.load_scenario(scenario)  # scenario errors before any run starts
-    log = log or (lambda _: None)
+    progress = progress or (lambda name, p: None)
     seed = scenario.seed if seed is None else seed
     if candidate_accel:
         cand_name, cand_seed = "accel", seed
     else:
         cand_seed = seed if candidate_seed is None else candidate_seed
         cand_name = f"stock-seed{cand_seed}"
+    # The first child would otherwise compile changed ns3_patches inside its timed import.
+    build_library()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
     try:
         def run(name: str, accel: bool, run_seed: int) -> api.RunResult:
-            log(f"{name}: {'accelerated' if accel else 'stock'} run, seed {run_seed}")
-            return api.run(scenario, work / name, accel=accel, seed=run_seed, timeout_s=timeout_s)
+            progress(name, None)
+            return api.run(scenario, work / name, accel=accel, seed=run_seed, timeout_s=timeout_s,
+                           progress=lambda p: progress(name, p))
 
         stock = run("stock", False, seed)
         cand = run(cand_name, candidate_accel, cand_seed)

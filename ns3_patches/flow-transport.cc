@@ -204,6 +204,19 @@ FlowSender::GetUnsent() const
     return total;
 }
 
+uint64_t
+FlowSender::GetUnsentOf(uint32_t flow) const
+{
+    for (const auto& e : m_unsent)
+    {
+        if (e.first == flow)
+        {
+            return e.second;
+        }
+    }
+    return 0;
+}
+
 bool
 FlowSender::IsConnected() const
 {

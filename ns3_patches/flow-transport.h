@@ -87,6 +87,7 @@ class FlowSender : public ns3::Application
     uint64_t GetAcked() const;   //!< bytes acknowledged by the receiver
     uint64_t GetSkipped() const; //!< bytes removed by Skip
     uint64_t GetUnsent() const;  //!< bytes queued, not yet written
+    uint64_t GetUnsentOf(uint32_t flow) const; //!< of one flow
     bool IsConnected() const;
 
   private:

@@ -226,8 +226,8 @@ class TagSimulatorImpl : public ns3::SimulatorImpl
     };
     Expect m_expect = EXPECT_NOTHING;
     uint32_t m_txPort = 0;
-    uint64_t m_txDelay = 0;
-    uint64_t m_rxDelay = 0;
+    int64_t m_txDelay = 0; //!< expected TransmitComplete delay (time steps)
+    int64_t m_rxDelay = 0; //!< expected Receive delay (time steps)
     uint64_t m_errors[N_ERRORS] = {};
 
     bool m_log = false;

@@ -3,3 +3,4 @@
 #include "flow-transport.h"
 #include "network-builder.h"
 #include "rate-probe.h"
+#include "tag-simulator-impl.h"

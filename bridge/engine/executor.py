@@ -16,7 +16,8 @@ from typing import Callable
 import numpy as np
 
 from ..ns3.network import Ns3Network
-from ..workload.dag import ComputeTask, FlowTask, Workload
+from ..workload.dag import ComputeTask, Workload
+from .fastforward import FastForward
 
 NEVER = np.iinfo(np.int64).max
 
@@ -42,12 +43,14 @@ ProgressFn = Callable[[int, int, int], None]   # (sim_ns, flows_done, flows_tota
 
 
 class Executor:
-    """Runs one workload on one built network (stock mode: every packet simulated)."""
+    """Runs one workload on one built network; with `fast_forward`, steady partitions are skipped."""
 
     def __init__(self, workload: Workload, net: Ns3Network, stop_time_ns: int | None,
-                 progress: ProgressFn | None = None, progress_every_s: float = 0.25):
+                 progress: ProgressFn | None = None, progress_every_s: float = 0.25,
+                 fast_forward: FastForward | None = None):
         self.workload = workload
         self.net = net
+        self.ff = fast_forward
         self.stop_time_ns = stop_time_ns if stop_time_ns is not None else NEVER
         self.progress = progress
         self.progress_every_s = progress_every_s
@@ -109,6 +112,8 @@ class Executor:
             self.own_connection.add(task_id)
         self.connection_of[task_id] = conn
         self.net.flows.StartFlow(self.flow_index[task_id], conn, task.size)
+        if self.ff is not None:
+            self.ff.flow_started(self.flow_index[task_id], conn, (task.src, task.dst), now)
         self.flows_running += 1
 
     def _finish(self, task_id: int, at_ns: int) -> None:
@@ -128,7 +133,10 @@ class Executor:
                 idx = int(idx)
                 self.flows_running -= 1
                 self.flows_done += 1
-                self._finish(by_index[idx].id, int(table.GetEndNs(idx)))
+                end = int(table.GetEndNs(idx))
+                if self.ff is not None:
+                    self.ff.flow_finished(idx, end)
+                self._finish(by_index[idx].id, end)
             if n < len(self._completed_buf):
                 return
 
@@ -150,6 +158,7 @@ class Executor:
                 self._start(heapq.heappop(self.ready)[1], now)
             next_ns = min(self.ready[0][0] if self.ready else NEVER,
                           self.computing[0][0] if self.computing else NEVER,
+                          self.ff.next_wakeup_ns() if self.ff is not None else NEVER,
                           self.stop_time_ns)
             if next_ns == NEVER and self.flows_running == 0:
                 stop_reason = "stalled: no task can start"
@@ -163,11 +172,15 @@ class Executor:
             while self.computing and self.computing[0][0] <= now:
                 finish, task_id = heapq.heappop(self.computing)
                 self._finish(task_id, finish)
+            if self.ff is not None:
+                self.ff.wakeup(now)
             if self.progress is not None:
                 wall = time.perf_counter()
                 if wall - last_report >= self.progress_every_s:
                     last_report = wall
                     self.progress(now, self.flows_done, self.n_flows)
+        if self.ff is not None:
+            self.ff.finish(self.net.now_ns())
         if self.progress is not None:
             self.progress(self.net.now_ns(), self.flows_done, self.n_flows)
         finished = self.end_ns[self.end_ns >= 0]

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 from .patches import NS3_MODULES, build_library, ns3_prefix
 
 # What the Python side touches besides our patches; whole module headers would add ~1 s.
-PYTHON_HEADERS = ["simulator", "config", "nstime", "uinteger", "string", "boolean", "rng-seed-manager"]
+PYTHON_HEADERS = ["simulator", "config", "global-value", "nstime", "uinteger", "string", "boolean",
+                  "rng-seed-manager"]
 
 _loaded: SimpleNamespace | None = None
 

@@ -35,6 +35,11 @@ class Ns3Network:
         return int(self.h.ns.Simulator.GetEventCount())
 
 
+def use_tag_simulator(h: SimpleNamespace) -> None:
+    """Select the partition-tag simulator (must happen before any node or event exists)."""
+    h.ns.GlobalValue.Bind("SimulatorImplementationType", h.ns.StringValue("wormhole::TagSimulatorImpl"))
+
+
 def configure_transport(h: SimpleNamespace, transport, seed: int) -> None:
     """Set ns-3 defaults before any node exists; the same seed gives the same run."""
     ns = h.ns

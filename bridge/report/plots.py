@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogFormatter
 
 MAX_LANES = 200  # more lanes than this is unreadable in a PNG
 MODE_COLORS = {"simulate": "tab:blue", "frozen": "tab:orange"}
@@ -38,6 +40,9 @@ def fct_scatter(errors: pd.DataFrame, path: Path, label: str) -> None:
         ax.scatter(x, y, s=8, alpha=0.6, label=f"{len(errors)} flows")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # plain numbers (20, not 2x10^1); minor labels only when few
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
         ax.legend(loc="upper left")
@@ -51,11 +56,11 @@ def fct_error_cdf(errors: pd.Series, noise: pd.Series | None, path: Path, label:
     """CDF of per-flow relative FCT error, with the noise floor's (stock, other seed) if given."""
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
-    curves = [(errors, label)] + ([(noise, "noise floor (stock, other seed)")] if noise is not None else [])
-    for series, name in curves:
+    curves = [(errors, label, "-")] + ([(noise, "noise floor (stock, other seed)", "--")] if noise is not None else [])
+    for series, name, style in curves:
         e = np.sort(series.to_numpy(dtype=float)) * 100
         if len(e):
-            ax.step(e, np.arange(1, len(e) + 1) / len(e), where="post", label=f"{name} ({len(e)} flows)")
+            ax.step(e, np.arange(1, len(e) + 1) / len(e), where="post", ls=style, label=f"{name} ({len(e)} flows)")
     if ax.lines:
         ax.legend(loc="lower right")
     else:
@@ -70,8 +75,7 @@ def fct_error_cdf(errors: pd.Series, noise: pd.Series | None, path: Path, label:
 def _lanes(ax, lanes: list[list[tuple[float, float]]], colors: list[list[str]]) -> None:
     for i, (spans, cs) in enumerate(zip(lanes, colors)):
         ax.broken_barh(spans, (i - 0.4, 0.8), facecolors=cs, linewidth=0)
-    ax.set_ylim(-1, len(lanes))
-    ax.invert_yaxis()
+    ax.set_ylim(len(lanes) - 0.5, -0.5)  # first lane on top
 
 
 def timeline(flows: pd.DataFrame, partitions: pd.DataFrame | None, path: Path, label: str) -> None:
@@ -90,9 +94,7 @@ def timeline(flows: pd.DataFrame, partitions: pd.DataFrame | None, path: Path, l
             lanes.append([(s / 1e3, (e - s) / 1e3) for s, e in zip(rows.start_ns, rows.end_ns)])
             colors.append([MODE_COLORS.get(m, "tab:gray") for m in rows["mode"]])
         _lanes(ax, lanes, colors)
-        for mode, color in MODE_COLORS.items():
-            ax.barh([], [], color=color, label=mode)
-        ax.legend(loc="upper right")
+        ax.legend(handles=[Patch(color=c, label=m) for m, c in MODE_COLORS.items()], loc="upper right")
         ax.set_ylabel("partition")
         title = f"{label}: partition modes ({len(shown)} of {len(order)} partitions)"
     elif flows.empty:
@@ -113,9 +115,7 @@ def timeline(flows: pd.DataFrame, partitions: pd.DataFrame | None, path: Path, l
             colors.append([palette[f.collective] if f.end_ns >= 0 else "tab:gray"])
         _lanes(ax, lanes, colors)
         if len(kinds) > 1:
-            for k in kinds:
-                ax.barh([], [], color=palette[k], label=k)
-            ax.legend(loc="upper right", fontsize="small")
+            ax.legend(handles=[Patch(color=palette[k], label=k) for k in kinds], loc="upper right", fontsize="small")
         ax.set_ylabel("flow (by start time)")
         title = f"{label}: flow spans ({len(shown)} of {len(flows)} flows; no partitions.csv)"
     ax.set_yticks([])

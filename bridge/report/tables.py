@@ -141,3 +141,22 @@ def fct_stats(flows: pd.DataFrame) -> dict:
             "fct_p99_ns": float(np.percentile(done.fct_ns, 99)), "fct_max_ns": int(done.fct_ns.max()),
             "slowdown_mean": float(slowdown.mean()), "slowdown_p99": float(np.percentile(slowdown, 99))}
 
+
+
+def partitions_frame(intervals) -> pd.DataFrame:
+    """The mode timeline: one row per interval a partition spent simulated or frozen."""
+    return pd.DataFrame([(i.partition, i.start_ns, i.end_ns, i.mode, i.flows) for i in intervals],
+                        columns=["partition", "start_ns", "end_ns", "mode", "flows"])
+
+
+def accel_summary(ff, flows: pd.DataFrame, spec) -> dict:
+    """What the accelerated run did: events, bytes simulated vs skipped, freezes, time per mode."""
+    s = ff.stats
+    simulate_ns = sum(i.end_ns - i.start_ns for i in s.intervals if i.mode == "simulate")
+    skipped = int(s.bytes_skipped)
+    return {"theta": spec.theta, "window": spec.window, "tau_ns": spec.tau,
+            "events_executed": int(ff.sim.GetEventCount()),
+            "bytes_simulated": int(flows.size_bytes.sum()) - skipped, "bytes_skipped": skipped,
+            "freezes": s.freezes, "thaws": s.thaws, "skip_backs": s.skip_backs, "checks": s.checks,
+            "partition_time_ns": {"simulate": int(simulate_ns), "frozen": int(s.frozen_ns)},
+            "control_wall_s": round(s.control_s, 3), "tagging_errors": ff.tagging_errors()}

@@ -15,6 +15,7 @@ from bridge.scenario.schema import (
     Scenario,
     TopologySpec,
     TransportSpec,
+    with_accel_overrides,
 )
 
 __all__ = [
@@ -29,4 +30,5 @@ __all__ = [
     "TransportSpec",
     "load_scenario",
     "parse_scenario_dict",
+    "with_accel_overrides",
 ]

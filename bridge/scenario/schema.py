@@ -24,9 +24,11 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
+    ValidationError,
     ValidationInfo,
 )
 
+from bridge.errors import ScenarioError
 from bridge.scenario.training import TrainingSpec
 from bridge.units import parse_rate, parse_size, parse_time
 
@@ -159,6 +161,20 @@ class FlowSpec(_Spec):
     start: DelayNs = 0
 
 
+class AccelSpec(_Spec):
+    """Steady-state detection and fast-forward settings (see bridge/engine/fastforward.py).
+
+    A partition is steady when, for each of its flows, (max - min) / mean of the delivered rate over
+    the last `window` samples of period `tau` is below `theta`.
+    """
+
+    theta: Annotated[float, Field(gt=0, le=1)] = 0.10
+    window: Annotated[StrictInt, Field(ge=2, le=10_000)] = 10
+    tau: DurationNs = 10_000                                         # ns
+    min_freeze: DurationNs = 20_000                                  # ns: shorter skips aren't worth it
+    margin: SizeBytes = 65_536                                       # unsent bytes every flow keeps
+
+
 class AicbSpec(_Spec):
     """A SimAI/AICB workload file (one iteration), replayed `iterations` times."""
 
@@ -184,6 +200,7 @@ class Scenario(_Spec):
     flow_file: FilePath | None = None
     training: TrainingSpec | None = None
     aicb: AicbSpec | None = None
+    accel: AccelSpec = AccelSpec()
     stop_time: DurationNs | None = None                              # ns
     _source_path: Path | None = PrivateAttr(None)
 
@@ -204,3 +221,20 @@ class Scenario(_Spec):
                 holder[key] = {"sha256": hashlib.sha256(Path(holder[key]).read_bytes()).hexdigest()}
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def with_accel_overrides(scenario: Scenario, overrides: dict | None) -> Scenario:
+    """The scenario with fields of its `accel` block replaced (command-line --theta etc.).
+
+    Raises ScenarioError naming the option for a bad value.
+    """
+    if not overrides:
+        return scenario
+    try:
+        accel = AccelSpec.model_validate({**scenario.accel.model_dump(), **overrides})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ScenarioError(None, f"--{first['loc'][0]}", f"{first['input']!r}: {first['msg']}") from None
+    updated = scenario.model_copy(update={"accel": accel})
+    updated._source_path = scenario.source_path
+    return updated
