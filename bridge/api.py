@@ -52,7 +52,8 @@ def run(scenario: str | Path | Scenario, out_dir: str | Path | None = None, *, a
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)  # validate here: errors surface before any child starts
-    with_accel_overrides(scenario, accel_overrides)    payload = {"scenario": str(scenario.source_path), "seed": seed, "stop_time_ns": stop_time_ns,
+    with_accel_overrides(scenario, accel_overrides)  # a bad --theta etc. fails here, in one line
+    payload = {"scenario": str(scenario.source_path), "seed": seed, "stop_time_ns": stop_time_ns,
                "accel": accel, "fast_forward": fast_forward, "accel_overrides": accel_overrides}
     if out_dir is not None:
         run_child("bridge.simulation", payload, Path(out_dir), progress, timeout_s)

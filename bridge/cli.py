@@ -86,9 +86,11 @@ def _validate(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .scenario import load_scenario
     from .validate import console_table, validate
 
     console = Console(stderr=True)
+    scenario = load_scenario(args.scenario)  # before the progress display: an error stays one line
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("flows  sim {task.fields[sim]}"), TimeElapsedColumn(),
                   console=console, disable=args.quiet, transient=False) as bar:
@@ -101,12 +103,43 @@ def _validate(args: argparse.Namespace) -> int:
                 bar.update(tasks[name], total=p["flows"], completed=p["flows_done"],
                            sim=f"{p['sim_ns'] / 1e3:,.1f} us")
 
-        result = validate(args.scenario, args.out, seed=args.seed, noise_floor=args.noise_floor,
+        result = validate(scenario, args.out, seed=args.seed, noise_floor=args.noise_floor,
                           candidate_accel=args.against_seed is None, candidate_seed=args.against_seed,
                           timeout_s=args.timeout, progress=progress)
     console.print(console_table(result))
     console.print(f"report: {args.out / 'report.md'}")
     return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    import os
+    import signal
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .sweep import load_sweep, run_sweep
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    # SIGTERM (kill, a batch scheduler) stops like Ctrl-C: the worker pool is torn down, not orphaned.
+    signal.signal(signal.SIGTERM, interrupt)
+    console = Console(stderr=True)
+    sweep = load_sweep(args.sweep)  # before the progress display: an error stays one line
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("runs"), TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task(sweep.name, total=len(sweep.points) * len(sweep.modes))
+        results = run_sweep(sweep, args.out, args.workers or os.cpu_count() or 1,
+                            lambda done, total: bar.update(task, completed=done, total=total))
+    console.print(f"{len(results)} runs of {len(sweep.points)} points -> {args.out / 'results.csv'}")
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,6 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate a scenario and print what it contains")
     check.add_argument("scenario", type=Path)
     check.set_defaults(handler=_check)
+
+    sweep = sub.add_parser("sweep", help="run a scenario sweep (axes x modes) into a results table")
+    sweep.add_argument("sweep", type=Path, help="sweep file (see experiments/)")
+    sweep.add_argument("--out", type=Path, required=True, help="output folder (rerun to resume)")
+    sweep.add_argument("--workers", type=_positive_int,
+                       help="simulations at a time (default: one per core)")
+    sweep.set_defaults(handler=_sweep)
     return parser
 
 

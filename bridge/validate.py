@@ -24,7 +24,8 @@ import pandas as pd
 from . import api
 from .ns3.patches import build_library
 from .report import plots
-from .report.validation import compare, fct_errors, noise_floor as noise_floor_of, render_markdown, within_noise_floor
+from .report.validation import compare, fct_errors, render_markdown, within_noise_floor
+from .report.validation import noise_floor as noise_floor_of  # `noise_floor` is validate()'s flag
 from .scenario import Scenario
 
 PLOTS = ["fct_scatter.png", "fct_error_cdf.png", "timeline.png"]
@@ -95,8 +96,8 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
 
         errors = fct_errors(stock.flows, cand.flows)
         plots.fct_scatter(errors, work / "fct_scatter.png", cand_name)
-        plots.fct_error_cdf(errors.error, fct_errors(stock.flows, noise.flows).error if noise else None,
-                            work / "fct_error_cdf.png", cand_name)
+        noise_errors = fct_errors(stock.flows, noise.flows).error if noise is not None else None
+        plots.fct_error_cdf(errors.error, noise_errors, work / "fct_error_cdf.png", cand_name)
         partitions_csv = work / cand_name / "partitions.csv"
         partitions = pd.read_csv(partitions_csv) if partitions_csv.exists() else None
         plots.timeline(cand.flows, partitions, work / "timeline.png", cand_name)
@@ -133,5 +134,6 @@ def console_table(v: dict):
         table.add_row("iteration error max", pct(v["iteration_error_max"]),
                       *([pct(floor["iteration_error_max"])] if floor else []))
     table.add_row("skipped events", pct(v["skipped_fraction"]))
-    table.add_row("unmatched flows", f"{v['unmatched']} of {v['flows']}", *([str(floor["unmatched"])] if floor else []))
+    table.add_row("unmatched flows", f"{v['unmatched']} of {v['flows']}",
+                  *([str(floor["unmatched"])] if floor else []))
     return table

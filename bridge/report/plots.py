@@ -56,7 +56,9 @@ def fct_error_cdf(errors: pd.Series, noise: pd.Series | None, path: Path, label:
     """CDF of per-flow relative FCT error, with the noise floor's (stock, other seed) if given."""
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
-    curves = [(errors, label, "-")] + ([(noise, "noise floor (stock, other seed)", "--")] if noise is not None else [])
+    curves = [(errors, label, "-")]
+    if noise is not None:
+        curves.append((noise, "noise floor (stock, other seed)", "--"))
     for series, name, style in curves:
         e = np.sort(series.to_numpy(dtype=float)) * 100
         if len(e):
@@ -72,53 +74,61 @@ def fct_error_cdf(errors: pd.Series, noise: pd.Series | None, path: Path, label:
     _save(fig, path)
 
 
-def _lanes(ax, lanes: list[list[tuple[float, float]]], colors: list[list[str]]) -> None:
-    for i, (spans, cs) in enumerate(zip(lanes, colors)):
-        ax.broken_barh(spans, (i - 0.4, 0.8), facecolors=cs, linewidth=0)
-    ax.set_ylim(len(lanes) - 0.5, -0.5)  # first lane on top
+def _partition_lanes(partitions: pd.DataFrame):
+    order = partitions.groupby("partition").start_ns.min().sort_values().index
+    shown = order[:MAX_LANES]
+    groups = partitions.groupby("partition")
+    lanes, colors = [], []
+    for p in shown:
+        rows = groups.get_group(p)
+        lanes.append([(s / 1e3, (e - s) / 1e3) for s, e in zip(rows.start_ns, rows.end_ns)])
+        colors.append([MODE_COLORS.get(m, "tab:gray") for m in rows["mode"]])
+    legend = [Patch(color=c, label=m) for m, c in MODE_COLORS.items()]
+    return lanes, colors, [str(p) for p in shown], legend, "partition", \
+        f"partition modes ({len(shown)} of {len(order)} partitions)"
+
+
+def _flow_lanes(flows: pd.DataFrame):
+    ordered = flows.sort_values(["start_ns", "flow_id"])
+    # An even sample keeps the whole time range visible when there are too many flows.
+    picks = np.unique(np.linspace(0, len(ordered) - 1, min(len(ordered), MAX_LANES)).astype(int))
+    shown = ordered.iloc[picks]
+    horizon = max(int(flows.end_ns.max()), int(flows.start_ns.max()))
+    kinds = sorted(set(shown.collective))
+    palette = {k: f"C{i % 10}" for i, k in enumerate(kinds)}
+    lanes, colors = [], []
+    for f in shown.itertuples(index=False):
+        end = f.end_ns if f.end_ns >= 0 else horizon  # unfinished: drawn up to the end, in gray
+        lanes.append([(f.start_ns / 1e3, max(end - f.start_ns, 1) / 1e3)])
+        colors.append([palette[f.collective] if f.end_ns >= 0 else "tab:gray"])
+    legend = [Patch(color=palette[k], label=k) for k in kinds] if len(kinds) > 1 else []
+    return lanes, colors, [str(i) for i in shown.flow_id], legend, "flow (by start time)", \
+        f"flow spans ({len(shown)} of {len(flows)} flows; no partitions.csv)"
 
 
 def timeline(flows: pd.DataFrame, partitions: pd.DataFrame | None, path: Path, label: str) -> None:
     """Partition modes over simulated time, one lane per partition (columns partition, start_ns,
     end_ns, mode); without partitions, each flow's [start, end] span, one lane per flow by start.
     """
-    fig = Figure(figsize=(9, 5))
-    ax = fig.add_subplot()
     if partitions is not None and not partitions.empty:
-        order = partitions.groupby("partition").start_ns.min().sort_values().index
-        shown = order[:MAX_LANES]
-        groups = partitions.groupby("partition")
-        lanes, colors = [], []
-        for p in shown:
-            rows = groups.get_group(p)
-            lanes.append([(s / 1e3, (e - s) / 1e3) for s, e in zip(rows.start_ns, rows.end_ns)])
-            colors.append([MODE_COLORS.get(m, "tab:gray") for m in rows["mode"]])
-        _lanes(ax, lanes, colors)
-        ax.legend(handles=[Patch(color=c, label=m) for m, c in MODE_COLORS.items()], loc="upper right")
-        ax.set_ylabel("partition")
-        title = f"{label}: partition modes ({len(shown)} of {len(order)} partitions)"
-    elif flows.empty:
-        _empty(ax, "no flows")
-        title = f"{label}: flows"
+        lanes, colors, names, legend, ylabel, title = _partition_lanes(partitions)
+    elif not flows.empty:
+        lanes, colors, names, legend, ylabel, title = _flow_lanes(flows)
     else:
-        ordered = flows.sort_values(["start_ns", "flow_id"])
-        # An even sample keeps the whole time range visible when there are too many flows.
-        picks = np.unique(np.linspace(0, len(ordered) - 1, min(len(ordered), MAX_LANES)).astype(int))
-        shown = ordered.iloc[picks]
-        horizon = max(int(flows.end_ns.max()), int(flows.start_ns.max()))
-        kinds = sorted(set(shown.collective))
-        palette = {k: f"C{i % 10}" for i, k in enumerate(kinds)}
-        lanes, colors = [], []
-        for f in shown.itertuples(index=False):
-            end = f.end_ns if f.end_ns >= 0 else horizon  # unfinished: drawn up to the end, in gray
-            lanes.append([(f.start_ns / 1e3, max(end - f.start_ns, 1) / 1e3)])
-            colors.append([palette[f.collective] if f.end_ns >= 0 else "tab:gray"])
-        _lanes(ax, lanes, colors)
-        if len(kinds) > 1:
-            ax.legend(handles=[Patch(color=palette[k], label=k) for k in kinds], loc="upper right", fontsize="small")
-        ax.set_ylabel("flow (by start time)")
-        title = f"{label}: flow spans ({len(shown)} of {len(flows)} flows; no partitions.csv)"
-    ax.set_yticks([])
+        lanes, colors, names, legend, ylabel, title = [], [], [], [], "", "no flows"
+    fig = Figure(figsize=(9, min(max(2.5, 1.5 + 0.3 * len(lanes)), 8)))  # lanes stay thin when few
+    ax = fig.add_subplot()
+    for i, (spans, cs) in enumerate(zip(lanes, colors)):
+        ax.broken_barh(spans, (i - 0.4, 0.8), facecolors=cs, linewidth=0)
+    if lanes:
+        ax.set_ylim(len(lanes) - 0.5, -0.5)  # first lane on top
+    if 0 < len(lanes) <= 30:  # few enough lanes to name
+        ax.set_yticks(range(len(lanes)), names)
+    else:
+        ax.set_yticks([])
+    if legend:
+        ax.legend(handles=legend, loc="upper right", fontsize="small")
+    ax.set_ylabel(ylabel)
     ax.set_xlabel("simulated time (us)")
-    ax.set_title(title)
+    ax.set_title(f"{label}: {title}")
     _save(fig, path)

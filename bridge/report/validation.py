@@ -106,6 +106,10 @@ def _times(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}x"
 
 
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.4f}" if ns >= 0 else "unfinished"
+
+
 def _value(x) -> str:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return str(x)
@@ -127,7 +131,7 @@ def render_markdown(v: dict, plots: list[str]) -> str:
            f"- candidate: {label} (seed {cand['seed']}, mode {cand['mode']})",
            f"- machine: {m['platform']}, {m['cpu_count']} CPUs, {m['processor'] or 'unknown processor'}, "
            f"Python {m['python']}; ns-3 {stock['versions']['ns3']}, wormhole {stock['versions']['wormhole']}",
-           f"- flows: {v['flows']} ({v['matched']} matched, {v['unmatched']} unfinished in either run)",
+           f"- flows: {v['flows']} ({v['matched']} matched, {v['unmatched']} unmatched: unfinished in either run)",
            "", "## Wall time (s)", ""]
     out += _table(["phase", "stock", label, "stock / " + label],
                   [[k, f"{stock['wall_s'][k]:.3f}", f"{cand['wall_s'][k]:.3f}",
@@ -149,7 +153,7 @@ def render_markdown(v: dict, plots: list[str]) -> str:
     if "iteration_time_ns" in stock and "iteration_time_ns" in cand:
         out += ["", "## Iteration times (ms)", ""]
         out += _table(["iteration", "stock", label, "error"],
-                      [[i, f"{a / 1e6:.4f}", f"{b / 1e6:.4f}", _pct(abs(b - a) / a if a > 0 and b >= 0 else None)]
+                      [[i, _ms(a), _ms(b), _pct(abs(b - a) / a if a > 0 and b >= 0 else None)]
                        for i, (a, b) in enumerate(zip(stock["iteration_time_ns"], cand["iteration_time_ns"]))])
     if isinstance(cand.get("accel"), dict):
         out += ["", "## Acceleration counters", ""]

@@ -1,0 +1,149 @@
+"""`wormhole validate`: comparison metrics on hand-made tables, the report and plots, end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bridge.api import RunResult
+from bridge.report import plots
+from bridge.report.validation import compare, noise_floor, render_markdown, within_noise_floor
+from bridge.validate import PLOTS, machine, validate
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "scenarios" / "tiny-leafspine.yaml"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def flows(fcts: dict[int, int]) -> pd.DataFrame:
+    """A flows table with the given FCTs by flow_id (-1 = unfinished)."""
+    return pd.DataFrame({"flow_id": list(fcts), "start_ns": 0, "fct_ns": list(fcts.values()),
+                         "end_ns": list(fcts.values()), "collective": "flow"})
+
+
+def result(fcts: dict[int, int], loop: float, total: float, events: int,
+           iteration_times: list[int] | None = None, **extra) -> RunResult:
+    iterations = None
+    if iteration_times is not None:
+        iterations = pd.DataFrame({"iteration": range(len(iteration_times)), "time_ns": iteration_times})
+    summary = {"scenario": "hand", "scenario_file": "hand.yaml", "seed": 1, "mode": "stock", "events": events,
+               "wall_s": {"import": 1.0, "build": 0.5, "loop": loop, "total": total},
+               "versions": {"ns3": "3.44", "wormhole": "0"}, **extra}
+    if iteration_times is not None:
+        summary["iteration_time_ns"] = iteration_times
+    return RunResult(out_dir=None, summary=summary, flows=flows(fcts), iterations=iterations)
+
+
+def test_compare_exact_numbers():
+    # ids 0-2 finish in both; 3 is unfinished in the candidate, 4 in the reference, 5 only in the candidate
+    ref = result({0: 100, 1: 200, 2: 400, 3: 1000, 4: -1}, loop=2.0, total=4.0, events=1000,
+                 iteration_times=[1000, 2000, -1])
+    cand = result({0: 110, 1: 200, 2: 300, 3: -1, 4: 50, 5: 70}, loop=0.5, total=2.0, events=250,
+                  iteration_times=[1100, 1900, 3000])
+    c = compare(ref, cand)
+    assert c["speedup_loop"] == 4.0 and c["speedup_total"] == 2.0
+    assert c["skipped_fraction"] == 0.75
+    assert (c["flows"], c["matched"], c["unmatched"]) == (6, 3, 3)
+    # errors 0.1, 0, 0.25; p99 interpolates linearly between the two largest: 0.1 + 0.98 * 0.15
+    assert c["fct_error"] == pytest.approx({"mean": 0.35 / 3, "p50": 0.1, "p99": 0.247, "max": 0.25})
+    assert c["iteration_error_max"] == pytest.approx(0.1)  # iteration 2 unfinished in ref: left out
+
+
+def test_compare_loose_flows_and_nothing_matched():
+    ref = result({0: -1, 1: 100}, loop=1.0, total=2.0, events=10)
+    cand = result({0: 100, 1: -1}, loop=0.0, total=1.0, events=10)
+    c = compare(ref, cand)
+    assert c["iteration_error_max"] is None  # loose flows have no iterations
+    assert c["fct_error"] == {"mean": None, "p50": None, "p99": None, "max": None}
+    assert (c["matched"], c["unmatched"]) == (0, 2)
+    assert c["speedup_loop"] is None and c["skipped_fraction"] == 0.0
+    assert within_noise_floor(c, noise_floor(ref, ref)) is None
+
+
+def test_noise_floor_and_verdict():
+    ref = result({0: 100, 1: 100}, 1.0, 1.0, 10)
+    floor = noise_floor(ref, result({0: 110, 1: 100}, 1.0, 1.0, 10))
+    assert floor["fct_error"]["mean"] == pytest.approx(0.05) and floor["unmatched"] == 0
+    assert within_noise_floor(compare(ref, result({0: 104, 1: 100}, 1.0, 1.0, 10)), floor)
+    assert not within_noise_floor(compare(ref, result({0: 120, 1: 100}, 1.0, 1.0, 10)), floor)
+
+
+def test_report_renders_accel_counters_and_iterations():
+    ref = result({0: 100}, 2.0, 3.0, 100, iteration_times=[1_000_000, 2_000_000])
+    cand = result({0: 101}, 1.0, 2.0, 40, iteration_times=[1_100_000, 2_000_000], mode="accel",
+                  accel={"events_executed": 40, "freezes": 3, "time_s": {"simulate": 0.75, "frozen": 0.25}})
+    v = {"scenario": "hand", "fingerprint": "f" * 64, "candidate": "accel", "machine": machine(),
+         **compare(ref, cand), "stock": ref.summary, "accel": cand.summary}
+    md = render_markdown(v, PLOTS)
+    assert "# Validation: hand" in md and "| freezes | 3 |" in md and "| time_s.frozen | 0.250 |" in md
+    assert "| 0 | 1.0000 | 1.1000 | 10.000 % |" in md  # iterations side by side
+    assert all(f"({p})" in md for p in PLOTS) and "noise floor" not in md
+
+
+def test_timeline_draws_partitions(tmp_path):
+    partitions = pd.DataFrame({"partition": [0, 0, 1], "start_ns": [0, 5000, 2000],
+                               "end_ns": [5000, 9000, 8000], "mode": ["simulate", "frozen", "simulate"],
+                               "flows": [2, 2, 1]})
+    for name, parts in (("parts.png", partitions), ("flows.png", None)):
+        plots.timeline(flows({0: 100, 1: -1}), parts, tmp_path / name, "accel")
+        assert (tmp_path / name).read_bytes().startswith(PNG_MAGIC)
+
+
+def test_validate_stock_against_another_seed(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("unrelated\n")
+    # candidate seed 2 = seed + 1: the noise-floor run is the candidate itself, so only two runs
+    v = validate(TINY, out, candidate_accel=False, candidate_seed=2, noise_floor=True)
+    assert v == json.loads((out / "validation.json").read_text())
+    assert {"scenario", "fingerprint", "speedup_loop", "speedup_total", "fct_error", "iteration_error_max",
+            "skipped_fraction", "flows", "unmatched", "stock", "accel", "noise_floor",
+            "within_noise_floor"} <= set(v)
+    stock, cand = v["stock"], v["accel"]
+    assert v["scenario"] == "tiny-leafspine" and v["fingerprint"] == stock["scenario_fingerprint"]
+    assert (stock["seed"], cand["seed"], v["candidate"]) == (1, 2, "stock-seed2")
+    assert v["speedup_loop"] > 0 and v["speedup_total"] > 0
+    assert v["speedup_loop"] == pytest.approx(stock["wall_s"]["loop"] / cand["wall_s"]["loop"])
+    assert v["speedup_total"] == pytest.approx(stock["wall_s"]["total"] / cand["wall_s"]["total"])
+    assert v["skipped_fraction"] == pytest.approx(1 - cand["events"] / stock["events"])
+    e = v["fct_error"]
+    assert 0 <= e["p50"] <= e["p99"] <= e["max"] and 0 <= e["mean"] <= e["max"]
+    assert v["iteration_error_max"] is None and v["flows"] == 8 and v["unmatched"] == 0
+    assert v["noise_floor"]["fct_error"] == e and v["within_noise_floor"] is True
+    assert "tiny-leafspine" in (out / "report.md").read_text()
+    for name in PLOTS:
+        assert (out / name).read_bytes().startswith(PNG_MAGIC)
+    assert (out / "stock" / "flows.csv").exists() and (out / "stock-seed2" / "summary.json").exists()
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # no partial folder left
+    assert (out / "keep.txt").exists()
+
+
+def wormhole(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bridge.cli", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_validate_accel_or_clear_error(tmp_path):
+    """Until acceleration lands: one-line error, exit 2, earlier results kept. After: a validation."""
+    (tmp_path / "validation.json").write_text("earlier\n")
+    proc = wormhole("validate", str(TINY), "--out", str(tmp_path), "--quiet")
+    if proc.returncode == 0:
+        v = json.loads((tmp_path / "validation.json").read_text())
+        assert v["candidate"] == "accel" and v["fct_error"]["mean"] >= 0 and v["speedup_loop"] > 0
+        assert (tmp_path / "accel" / "summary.json").exists()
+    else:
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and "accel" in proc.stderr
+        assert (tmp_path / "validation.json").read_text() == "earlier\n"
+        assert [p.name for p in tmp_path.iterdir()] == ["validation.json"]
+
+
+def test_cli_validate_bad_scenario_is_one_line(tmp_path):
+    proc = wormhole("validate", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "nope.yaml" in proc.stderr
+    assert not (tmp_path / "out").exists()
