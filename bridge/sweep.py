@@ -2,11 +2,14 @@
 
     name: tiny-sweep
     base: ../scenarios/tiny-leafspine.yaml     # or a list of files (one more axis, `base`)
-    modes: [stock, accel]                      # stock | accel | no-ff
+    modes: [stock, accel]                      # default [stock]
     axes:                                      # dotted paths into the scenario -> values
       seed: [1, 2]
       transport.kind: [dctcp, cubic]
+      flows.0.size: [1MB, 4MB]                 # a number indexes a list
 
+Modes: `stock` is ns-3 packet by packet, `accel` the Wormhole engine, `no-ff` the engine without
+fast-forward (its overhead alone). A file path in the sweep is relative to the sweep file.
 Each point (a base with one value per axis) is written to DIR/points/<id>/scenario.yaml and run
 once per mode into DIR/points/<id>/<mode>/, a few runs at a time in worker processes. A run whose
 summary.json exists for the same scenario fingerprint is not run again, so an interrupted sweep
@@ -20,9 +23,11 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 import multiprocessing
 import os
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -31,7 +36,7 @@ import pandas as pd
 import yaml
 
 from .errors import ScenarioError, WormholeError
-from .scenario import Scenario, parse_scenario_dict
+from .scenario import Scenario, load_scenario, parse_scenario_dict
 from .scenario.load import _StrictLoader  # the scenario loader's YAML rules: duplicate keys are errors
 
 MODES = {"stock": {"accel": False, "fast_forward": True},
@@ -53,8 +58,9 @@ class Point:
 
 @dataclass(frozen=True)
 class Sweep:
+    """A validated sweep file: every point, in the order of the product (the order of the results)."""
+
     name: str
-    path: Path
     modes: tuple[str, ...]
     axes: tuple[str, ...]     # result columns, in order: `base` (several bases only), then the axes
     points: tuple[Point, ...]
@@ -104,7 +110,7 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     base_files = [(b, (Path(path).resolve().parent / b).resolve()) for b in bases]
     base_data = [(written, file, _read_base(where, i if len(bases) > 1 else None, file))
                  for i, (written, file) in enumerate(base_files)]
-    n_points = len(bases) * _product_size(axes.values())
+    n_points = len(bases) * math.prod(len(v) for v in axes.values())
     if n_points > MAX_POINTS:
         raise ScenarioError(where, "axes", f"{n_points} points is too many (max {MAX_POINTS})")
     columns = (("base",) if len(bases) > 1 else ()) + tuple(axes)
@@ -114,21 +120,12 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
         if len(bases) > 1:
             values = {"base": written, **values}
         points.append(_point(where, file, raw, values))
-    return Sweep(name, Path(path).resolve(), tuple(modes), columns, tuple(points))
-
-
-def _product_size(lists) -> int:
-    n = 1
-    for values in lists:
-        n *= len(values)
-    return n
+    return Sweep(name, tuple(modes), columns, tuple(points))
 
 
 def _read_base(where: str, index: int | None, file: Path) -> dict:
     """The base scenario's YAML, validated as it stands."""
     field = "base" if index is None else f"base[{index}]"
-    from .scenario import load_scenario
-
     try:
         load_scenario(file)
     except ScenarioError as e:
@@ -199,9 +196,14 @@ def _run_one(task: tuple[str, str, str]) -> tuple[tuple[str, str, str], str | No
     return task, None
 
 
-def _ignore_sigint() -> None:
-    """Ctrl-C reaches the whole process group; only the parent handles it (by terminating the pool)."""
+def _worker_signals() -> None:
+    """Ctrl-C reaches the whole process group; only the parent handles it, by terminating the pool.
+
+    The pool terminates with SIGTERM: exiting through Python lets a run in progress remove its
+    private partial folder.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def _done(point: Point, run_dir: Path) -> bool:
@@ -240,7 +242,7 @@ def run_sweep(sweep: Sweep | str | os.PathLike, out_dir: str | os.PathLike, work
         ctx = multiprocessing.get_context("spawn")
         # The pool's exit terminates the workers, also on KeyboardInterrupt: an interrupted
         # run leaves no summary.json, so it runs again on resume.
-        with ctx.Pool(min(workers, len(tasks)), initializer=_ignore_sigint) as pool:
+        with ctx.Pool(min(workers, len(tasks)), initializer=_worker_signals) as pool:
             for task, error in pool.imap_unordered(_run_one, tasks):
                 done += 1
                 if error:
@@ -279,7 +281,7 @@ def collect(sweep: Sweep, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             s, fct = run.summary, run.summary["fct"]
             iters = s.get("iteration_time_ns") or []
             key = {"point": point.id, **{a: _cell(point.values[a]) for a in sweep.axes}, "mode": mode}
-            row = {**key, "flows": s["flows"], "flows_finished": s["flows_finished"],
+            row = {**key, "scenario": s["scenario"], "flows": s["flows"], "flows_finished": s["flows_finished"],
                    "fct_mean_ns": fct.get("fct_mean_ns"), "fct_p50_ns": fct.get("fct_p50_ns"),
                    "fct_p99_ns": fct.get("fct_p99_ns"), "fct_max_ns": fct.get("fct_max_ns"),
                    "iter_mean_ns": sum(iters) / len(iters) if iters else None,
@@ -301,7 +303,7 @@ def collect(sweep: Sweep, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _result_columns(sweep: Sweep, rows: list[dict]) -> list[str]:
     """A fixed column order (the error columns only when some run was compared with stock)."""
-    cols = ["point", *sweep.axes, "mode", "flows", "flows_finished", "fct_mean_ns", "fct_p50_ns",
+    cols = ["point", *sweep.axes, "mode", "scenario", "flows", "flows_finished", "fct_mean_ns", "fct_p50_ns",
             "fct_p99_ns", "fct_max_ns", "iter_mean_ns", "iter_max_ns", "sim_time_ns", "events"]
     if any("fct_err_mean" in r for r in rows):
         cols += ["skipped_fraction", "fct_err_mean", "fct_err_p99", "iter_err_max"]
