@@ -238,8 +238,8 @@ TagSimulatorImpl::Insert(uint64_t ts, uint32_t context, uint32_t slot, EventImpl
         Push(slot, e);
         return e.uid;
     }
-    // Scheduled into a frozen partition in the present: hold it at its absolute time and stop,
-    // so that the control plane thaws the group before the event is due.
+    // Scheduled into a frozen partition in the present: hold it at its absolute time and stop the
+    // run (or the next one, if scheduled by the control plane) so that the group is thawed first.
     Group& g = m_groups[group];
     g.scheduledWhileFrozen.emplace_back(slot, e);
     m_held[e.uid] = Held{group, ts, true};
@@ -249,7 +249,14 @@ TagSimulatorImpl::Insert(uint64_t ts, uint32_t context, uint32_t slot, EventImpl
         g.interrupted = true;
         m_interrupted.push_back(group);
     }
-    m_stop = true;
+    if (m_running)
+    {
+        m_stop = true;
+    }
+    else
+    {
+        m_stopNextRun = true;
+    }
     return e.uid;
 }
 
@@ -380,11 +387,14 @@ TagSimulatorImpl::HeadsSiftDown(uint32_t pos)
 void
 TagSimulatorImpl::Run()
 {
-    m_stop = !m_interrupted.empty(); // an unread interrupt: the control plane must thaw first
+    m_stop = m_stopNextRun;
+    m_stopNextRun = false;
+    m_running = true;
     while (!m_stop && !m_heads.empty())
     {
         ProcessOneEvent();
     }
+    m_running = false;
     // Stock keeps the last event's context: control-plane calls would inherit it and its tag.
     m_context = Simulator::NO_CONTEXT;
     m_slot = 0;
@@ -605,6 +615,7 @@ TagSimulatorImpl::Freeze(const uint32_t* tags, uint32_t n)
             HeadsRemove(q.pos);
         }
         m_nPending -= q.heap.size();
+        m_held.reserve(m_held.size() + q.heap.size());
         for (const Entry& e : q.heap)
         {
             m_held[e.uid] = Held{group, e.ts, false};
@@ -627,6 +638,7 @@ TagSimulatorImpl::Thaw(uint32_t group, int64_t shiftNs)
     }
     Group& g = m_groups[group];
     int64_t shift = NanoSeconds(shiftNs).GetTimeStep();
+    m_shifted.reserve(m_shifted.size() + GetNHeld(group));
     if (shift < int64_t(m_now - g.freezeTs))
     {
         m_errors[THAW_PAST]++;
@@ -658,7 +670,7 @@ TagSimulatorImpl::Thaw(uint32_t group, int64_t shiftNs)
         m_held.erase(e.uid);
         if (e.ts < m_now)
         {
-            m_errors[LATE]++;
+            m_errors[LATE] += !e.impl->IsCancelled(); // a cancelled event has no effect
             e.ts = m_now;
         }
         m_shifted[e.uid] = e.ts;
@@ -679,6 +691,7 @@ TagSimulatorImpl::Thaw(uint32_t group, int64_t shiftNs)
         m_interrupted.erase(std::find(m_interrupted.begin(), m_interrupted.end(), group));
         g.interrupted = false;
     }
+    m_stopNextRun &= !m_interrupted.empty();
     g.frozen = false;
     g.slots = {};
     g.scheduledWhileFrozen = {};

@@ -13,8 +13,9 @@
 // Events live in one min-heap per tag under a heap of the tags' earliest events, so events run in
 // the stock (ts, uid) order and freezing a partition detaches its heaps: Freeze and Thaw cost is
 // proportional to the partition's pending events, not to all pending events. EventIds stay valid
-// for held and shifted events (looked up by uid). Single-threaded: no ScheduleWithContext from
-// other threads. The SchedulerType global value is ignored.
+// for held and shifted events (looked up by uid); Remove() cancels at once and releases the event
+// when it is dequeued. Single-threaded: no ScheduleWithContext from other threads. The
+// SchedulerType global value is ignored.
 #ifndef WORMHOLE_TAG_SIMULATOR_IMPL_H
 #define WORMHOLE_TAG_SIMULATOR_IMPL_H
 
@@ -62,6 +63,7 @@ class TagSimulatorImpl : public ns3::SimulatorImpl
     static TagSimulatorImpl* Get();
 
     /// Tag the transmissions of every port of `net` (call once, after Build, before Freeze).
+    /// Until then there are no port tags and node n has tag n; pending events are renumbered.
     void AttachPorts(NetworkBuilder* net);
     uint32_t GetNPorts() const;
     /// nPorts + nNodes of the attached network: tags are 0 .. GetNTags()-1.
@@ -77,7 +79,8 @@ class TagSimulatorImpl : public ns3::SimulatorImpl
     /// Events in the runnable queue (not held).
     uint64_t GetNPending() const;
     /// Groups that received an event while frozen, since the last call (at most cap into out).
-    /// Each such event stops the run; Run() returns at once while an interrupt is unread.
+    /// Each such event stops the run in progress, or the next Run() if it came from the control
+    /// plane; a group thawed before it is read is dropped from the list.
     uint32_t PopInterrupted(uint32_t* out, uint32_t cap);
 
     uint32_t GetCurrentTag() const;
@@ -199,6 +202,8 @@ class TagSimulatorImpl : public ns3::SimulatorImpl
     uint64_t m_nPending = 0;
     std::list<ns3::EventId> m_destroyEvents;
     bool m_stop = false;
+    bool m_running = false;
+    bool m_stopNextRun = false; //!< an interrupt outside Run(): the next Run() returns at once
     uint64_t m_now = 0;
     uint32_t m_context;
     uint32_t m_slot = 0;

@@ -82,7 +82,6 @@ def h():
     from bridge.ns3.loader import load
 
     h = load()
-    h.cppyy.include("ns3/global-value.h")
     h.cppyy.cppdef(HELPERS)
     return h
 
@@ -173,8 +172,8 @@ def group_flows(sizes: dict[str, int]) -> tuple[list, dict[str, list[int]]]:
 # ---- Identity with nothing frozen ---------------------------------------------------------
 
 def test_tag_impl_runs_event_for_event_like_the_default_impl(h):
-    # 12 flows of 1 MB, half of them across the spines, two incasts.
-    flows = [(i, (i + 5) % 12, 1_000_000) for i in range(12)]
+    # 14 flows of 1 MB, most across the spines, and a 3-to-1 incast into host 11.
+    flows = [(i, (i + 5) % 12, 1_000_000) for i in range(12)] + [(1, 11, 1_000_000), (2, 11, 1_000_000)]
     results = {}
     for tag in (False, True, False):  # the implementation follows the global value after Destroy
         run = Run(h, flows, tag)
@@ -201,22 +200,27 @@ def test_every_port_and_delivery_touch_carries_its_partitions_tag(h):
     flows, _ = group_flows({"A": 1_000_000, "B": 1_000_000, "C": 1_000_000})
     run = Run(h, flows, True)
     sim, n_ports = run.sim, run.net.n_ports
-    auditor = h.cppyy.gbl.tagtest.Auditor(n_ports, run.topo.n_nodes, len(GROUPS))
+    auditor, control = (h.cppyy.gbl.tagtest.Auditor(n_ports, run.topo.n_nodes, len(GROUPS))
+                        for _ in range(2))
     union = set()
     for g, name in enumerate(GROUPS):
         tags = run.group_tags(name)
         union |= set(tags)
         for tag in tags:
             auditor.Own(g, tag)
-            if tag < n_ports:
-                auditor.portGroup[tag] = g
-            else:
-                auditor.nodeGroup[tag - n_ports] = g
+            control.Own({0: 1, 1: 0}.get(g, g), tag)  # A and B swapped: must be caught
+            for a in (auditor, control):
+                if tag < n_ports:
+                    a.portGroup[tag] = g
+                else:
+                    a.nodeGroup[tag - n_ports] = g
     auditor.Attach(run.net.builder)
+    control.Attach(run.net.builder)
     sim.EnableLog(True)
     run.finish()
     assert auditor.hits > 50_000
     assert (auditor.wrong, auditor.unowned) == (0, 0)
+    assert control.wrong > auditor.hits / 3
     assert errors(sim) == {}
     # Every event after t=0 (node and channel initialization) belongs to a partition or is the
     # control plane's (stop events).
@@ -284,15 +288,16 @@ def test_a_flow_started_in_a_frozen_partition_interrupts_and_runs_on_time(h):
     run.run_to(30_000)
     held = run.sim.GetNHeld(group)
     # The control plane opens a connection and starts a flow on frozen hosts: the events are
-    # held at their absolute time and the run is refused until the group is thawed.
+    # held at their absolute time, the group is reported and the next run stops at once.
     run.net.flows.StartFlow(4, run.net.flows.OpenConnection(0, 1), 100_000)
     assert run.sim.GetNHeld(group) == held + 3  # sink and sender start, the flow start
-    h.wh.RunUntil(40_000)
+    h.wh.RunUntil(40_000)  # the next run returns at once
     assert run.net.now_ns() == 30_000
     out = np.zeros(4, np.uint32)
     assert run.sim.PopInterrupted(out, 4) == 1 and out[0] == group
+    assert run.sim.PopInterrupted(out, 4) == 0
     run.sim.Thaw(group, 10_000)  # skip-back: thawed at once, frozen events shift by 10 us
-    assert run.sim.PopInterrupted(out, 4) == 0 and run.sim.GetNHeld(group) == 0
+    assert run.sim.GetNHeld(group) == 0
     run.finish()
     assert run.table.GetStartNs(4) == 30_000
     assert run.table.GetDelivered(4) == 100_000
@@ -321,9 +326,11 @@ def test_an_event_into_a_frozen_tag_stops_the_run_and_late_thaws_are_counted(h):
     t.AtNode(4, 100, 11)
     group = sim.Freeze(np.array([4, NO_TAG], np.uint32), 2)
     t.AtNode(4, 0, 9)   # held at its absolute time 2000 (the control plane schedules into it)
-    sim.PopInterrupted(out, 2)
+    assert sim.PopInterrupted(out, 2) == 1
     t.Spawn(5, 0, [10])  # not frozen
-    h.wh.RunUntil(2_500)
+    h.wh.RunUntil(2_500)  # returns at once: an event waits in a frozen group
+    assert sim.Now().GetNanoSeconds() == 2_000
+    h.wh.RunUntil(2_500)  # the control plane goes on anyway: the event will be late
     sim.Thaw(group, 100)  # frozen 500 ns: event 11 (due 2100 + 100) is clamped to now
     sim.Thaw(group, 100)
     h.wh.RunUntil(3_000)
