@@ -97,7 +97,7 @@ def test_parsed_values_are_ints_in_base_units():
     assert (s.flows[0].size, s.flows[4].start) == (10**6, 10_000)
     t = s.transport
     assert (t.kind, t.mtu, t.min_rto, t.delayed_ack_timeout, t.send_buffer) == \
-        ("dctcp", 1500, 10**6, 10_000, 2 * 10**6)
+        ("dctcp", 1500, 10**6, 10_000, 512_000)
     assert (t.ecn_kmin, t.ecn_kmax, s.stop_time, s.seed) == (None, None, 10**9, 1)
 
 

@@ -145,7 +145,9 @@ class TransportSpec(_Spec):
     delayed_ack_timeout: DelayNs = 10_000                            # ns
     delayed_ack_count: Count = 2
     initial_cwnd: Count = 10                                         # segments
-    send_buffer: BufferBytes = 2_000_000                             # bytes
+    # 512 KB is 3-4 BDPs at 100 Gbps: it never limits a flow here, and keeps the bytes written
+    # into the socket ahead of delivery (which fast-forward cannot skip) small.
+    send_buffer: BufferBytes = 512_000                               # bytes
     recv_buffer: BufferBytes = 2_000_000                             # bytes
     queue_size: Annotated[StrictInt, Field(ge=10, le=_U32)] = 1000  # packets per port
     ecn_kmin: Count | None = None                                    # packets
@@ -169,8 +171,8 @@ class AccelSpec(_Spec):
     """
 
     theta: Annotated[float, Field(gt=0, le=1)] = 0.10
-    window: Annotated[StrictInt, Field(ge=2, le=10_000)] = 10
-    tau: DurationNs = 10_000                                         # ns
+    window: Annotated[StrictInt, Field(ge=2, le=10_000)] = 5
+    tau: DurationNs = 50_000                                         # ns
     min_freeze: DurationNs = 20_000                                  # ns: shorter skips aren't worth it
     margin: SizeBytes = 65_536                                       # unsent bytes every flow keeps
 
