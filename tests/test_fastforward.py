@@ -33,9 +33,11 @@ def fct_errors(stock: pd.DataFrame, accel: pd.DataFrame) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def ring(tmp_path_factory):
-    """Eight uncontended 8 MB flows (one per host pair across the spines): steady within ~100 us."""
+    """A ring under each leaf (h -> h+1, 8 MB): one flow per link, steady after a few hundred us."""
     tmp = tmp_path_factory.mktemp("ring")
-    path = scenario(tmp, [{"src": i, "dst": (i + 4) % 8, "size": "8MB", "start": "0us"} for i in range(8)])
+    flows = [{"src": leaf * 4 + i, "dst": leaf * 4 + (i + 1) % 4, "size": "8MB", "start": "0us"}
+             for leaf in range(2) for i in range(4)]
+    path = scenario(tmp, flows)
     return path, api.run(path, tmp / "stock"), tmp
 
 

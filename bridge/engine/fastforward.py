@@ -1,7 +1,8 @@
 """Steady-state fast-forward (the first half of Wormhole) over port-level partitions.
 
 Every `tau` the rate probe samples each flow's delivered bytes. A partition whose flows all kept a
-steady rate over the last `window` samples ((max - min) / mean < theta) is frozen: the partition-tag
+steady rate over the last `window` samples ((max - min) / mean < theta; or over `window` blocks of
+`coarse` samples, for noisy but stationary flows) is frozen: the partition-tag
 simulator holds its pending events aside while the rest of the network's clock runs on. It thaws
 at the planned time (before any of its flows gets within `margin` unsent bytes of its end), or
 earlier when something touches it (a flow starting on its ports, an event scheduled into it: a
@@ -74,7 +75,10 @@ class FastForward:
         if not self.sim:
             raise RuntimeError("the partition-tag simulator is not active")
         self.sim.AttachPorts(net.builder)
-        self.capacity = 4 * (spec.window + 1)
+        # Steady at the sample period, or over blocks of `coarse` samples: a fine scale catches
+        # clean flows early, the coarse one flows whose packet-level rate is noisy but stationary.
+        self.scales = sorted({1, spec.coarse})
+        self.capacity = spec.window * spec.coarse + 2
         self.probe = wh.RateProbe(net.flows.GetTable(), net.builder, self.capacity)
         self.probe.Start(spec.tau)
         self.times = np.zeros(self.capacity, dtype=np.int64)
@@ -159,31 +163,35 @@ class FastForward:
     def _check(self, now: int) -> None:
         self.stats.checks += 1
         n = int(self.probe.Read(self.times, self.delivered, self.queues, self.capacity))
-        window = self.spec.window
         for pid, st in self.state.items():
             if st.frozen:
                 continue
-            first = int(np.searchsorted(self.times[:n], st.since_ns))
-            if n - first < window + 1:
-                continue
-            self._try_freeze(self.parts.by_id[pid], st, n, now)
+            history = n - int(np.searchsorted(self.times[:n], st.since_ns))
+            scales = [s for s in self.scales if history >= self.spec.window * s + 1]
+            if scales:
+                self._try_freeze(self.parts.by_id[pid], st, n, scales, now)
 
-    def _try_freeze(self, part: Partition, st: PartitionState, n: int, now: int) -> None:
+    def _window_rates(self, n: int, flows: list[int], scale: int) -> np.ndarray:
+        """Bytes per block of `scale` samples over the last `window` blocks: window x flows."""
+        rows = self.delivered[n - self.spec.window * scale - 1:n:scale, flows].astype(np.int64)
+        return np.diff(rows, axis=0)
+
+    def _try_freeze(self, part: Partition, st: PartitionState, n: int, scales: list[int], now: int) -> None:
         spec = self.spec
         flows = sorted(part.flows)
-        span = self.delivered[n - spec.window - 1:n, flows].astype(np.int64)
-        steps = np.diff(span, axis=0)                       # bytes per tau, window x flows
-        mean = steps.mean(axis=0)
+        blocks = {s: self._window_rates(n, flows, s) for s in scales}
         rates: dict[int, float] = {}
         horizon = NEVER
         for i, flow in enumerate(flows):
-            if mean[i] <= 0:
+            if blocks[1][:, i].sum() <= 0:
                 if self.conn_flows[self.conn_of[flow]][0] == flow:
                     return                                  # a sending flow that does not move
                 continue                                    # queued behind its connection's head
-            if (steps[:, i].max() - steps[:, i].min()) / mean[i] >= spec.theta:
+            scale = next((s for s, b in blocks.items() if _spread(b[:, i]) < spec.theta), None)
+            if scale is None:
                 return
-            rate = mean[i] / spec.tau
+            # The median block: the oldest block of a window may still hold the flow's ramp-up.
+            rate = float(np.median(blocks[scale][:, i])) / (scale * spec.tau)   # bytes per ns
             unsent = int(self.net.flows.GetSender(self.conn_of[flow]).GetUnsentOf(flow))
             horizon = min(horizon, int((unsent - spec.margin) / rate))
             rates[flow] = rate
@@ -232,3 +240,9 @@ class FastForward:
         if st is not None and st.frozen is None and since is not None and now > since:
             self.stats.intervals.append(ModeInterval(pid, since, now, "simulate",
                                                      len(self.parts.by_id[pid].flows)))
+
+
+def _spread(rates: np.ndarray) -> float:
+    """(max - min) / mean of one flow's window of rates (inf when it did not move)."""
+    mean = rates.mean()
+    return float((rates.max() - rates.min()) / mean) if mean > 0 else float("inf")

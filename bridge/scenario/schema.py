@@ -167,12 +167,14 @@ class AccelSpec(_Spec):
     """Steady-state detection and fast-forward settings (see bridge/engine/fastforward.py).
 
     A partition is steady when, for each of its flows, (max - min) / mean of the delivered rate over
-    the last `window` samples of period `tau` is below `theta`.
+    the last `window` samples of period `tau` is below `theta`, or the same over the last `window`
+    blocks of `coarse` samples (for flows whose per-tau rate is noisy but stationary).
     """
 
     theta: Annotated[float, Field(gt=0, le=1)] = 0.10
     window: Annotated[StrictInt, Field(ge=2, le=10_000)] = 5
-    tau: DurationNs = 50_000                                         # ns
+    tau: DurationNs = 10_000                                         # ns
+    coarse: Annotated[StrictInt, Field(ge=1, le=1000)] = 5
     min_freeze: DurationNs = 20_000                                  # ns: shorter skips aren't worth it
     margin: SizeBytes = 65_536                                       # unsent bytes every flow keeps
 
