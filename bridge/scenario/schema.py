@@ -172,9 +172,9 @@ class AccelSpec(_Spec):
     """
 
     theta: Annotated[float, Field(gt=0, le=1)] = 0.10
-    window: Annotated[StrictInt, Field(ge=2, le=10_000)] = 5
+    window: Annotated[StrictInt, Field(ge=2, le=10_000)] = 4
     tau: DurationNs = 10_000                                         # ns
-    coarse: Annotated[StrictInt, Field(ge=1, le=1000)] = 5
+    coarse: Annotated[StrictInt, Field(ge=1, le=1000)] = 4
     min_freeze: DurationNs = 20_000                                  # ns: shorter skips aren't worth it
     margin: SizeBytes = 65_536                                       # unsent bytes every flow keeps
 
