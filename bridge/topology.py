@@ -180,7 +180,7 @@ def read_hpcc_topology(file: Path, label: str | None = None) -> Topology:
     out of range, duplicated, or a graph that is not connected.
     """
     label = label or str(file)
-    lines = _read_lines(file, label)
+    lines = read_lines(file, label)
 
     def fail(line: int, column: str, message: str):
         raise ScenarioError(None, f"{label} line {line}: {column}", message)
@@ -256,7 +256,7 @@ def _check_connected(topo: Topology, label: str) -> None:
                             f"({len(parts)} components; this one has nodes {shown})")
 
 
-def _read_lines(file: Path, label: str) -> list[tuple[int, list[str]]]:
+def read_lines(file: Path, label: str) -> list[tuple[int, list[str]]]:
     """Return (1-based line number, tokens) of the non-blank lines, or raise ScenarioError."""
     try:
         text = Path(file).read_text(encoding="utf-8")

@@ -23,12 +23,7 @@ def fct_errors(reference: pd.DataFrame, candidate: pd.DataFrame) -> pd.DataFrame
 
     error = |FCT_c - FCT_s| / FCT_s. Flow sizes are >= 1 byte, so a finished FCT is > 0.
     """
-    ref = reference.loc[reference.fct_ns >= 0, ["flow_id", "fct_ns"]]
-    cand = candidate.loc[candidate.fct_ns >= 0, ["flow_id", "fct_ns"]]
-    both = ref.merge(cand, on="flow_id", suffixes=("_ref", "_cand")).sort_values("flow_id")
-    both = both.rename(columns={"fct_ns_ref": "fct_ref", "fct_ns_cand": "fct_cand"}).reset_index(drop=True)
-    both["error"] = (both.fct_cand - both.fct_ref).abs() / both.fct_ref
-    return both
+    return _matched_errors(reference, candidate, "flow_id", "fct_ns", "fct")
 
 
 def error_stats(errors: pd.Series) -> dict:
@@ -44,11 +39,17 @@ def iteration_errors(reference: pd.DataFrame | None, candidate: pd.DataFrame | N
     """Iterations finished in both runs: iteration, time_ref, time_cand, error (None for loose flows)."""
     if reference is None or candidate is None:
         return None
-    ref = reference.loc[reference.time_ns >= 0, ["iteration", "time_ns"]]
-    cand = candidate.loc[candidate.time_ns >= 0, ["iteration", "time_ns"]]
-    both = ref.merge(cand, on="iteration", suffixes=("_ref", "_cand")).sort_values("iteration")
-    both = both.rename(columns={"time_ns_ref": "time_ref", "time_ns_cand": "time_cand"}).reset_index(drop=True)
-    both["error"] = (both.time_cand - both.time_ref).abs() / both.time_ref
+    return _matched_errors(reference, candidate, "iteration", "time_ns", "time")
+
+
+def _matched_errors(reference: pd.DataFrame, candidate: pd.DataFrame, key: str, column: str,
+                    name: str) -> pd.DataFrame:
+    """Rows finished (column >= 0) in both, matched by key: key, <name>_ref, <name>_cand, error."""
+    ref = reference.loc[reference[column] >= 0, [key, column]]
+    cand = candidate.loc[candidate[column] >= 0, [key, column]]
+    both = ref.merge(cand, on=key, suffixes=("_ref", "_cand")).sort_values(key).reset_index(drop=True)
+    both = both.rename(columns={f"{column}_ref": f"{name}_ref", f"{column}_cand": f"{name}_cand"})
+    both["error"] = (both[f"{name}_cand"] - both[f"{name}_ref"]).abs() / both[f"{name}_ref"]
     return both
 
 

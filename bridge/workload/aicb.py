@@ -198,7 +198,7 @@ class _Importer:
                 cur[h] = self.dag.compute(h, ns, cur[h], iteration=it, label=label)
 
     def run(self, iterations: int) -> None:
-        wl, dag = self.wl, self.dag
+        wl = self.wl
         stage_hosts = [[self.host[(s, j, t)] for j in range(wl.dp) for t in range(wl.tp)]
                        for s in range(wl.pp)]
         cur: dict[int, Deps] = {h: () for h in self.host.values()}

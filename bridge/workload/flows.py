@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from bridge.errors import ScenarioError
+from bridge.topology import read_lines
 from bridge.workload.dag import FlowTask, Workload
 
 if TYPE_CHECKING:
@@ -56,13 +57,7 @@ def read_hpcc_flows(file: Path, label: str | None = None) -> list[HpccFlow]:
     Raises ScenarioError naming `label` (default: the path), the line and the column.
     """
     label = label or str(file)
-    try:
-        text = Path(file).read_text(encoding="utf-8")
-    except OSError as e:
-        raise ScenarioError(None, label, f"cannot read {str(file)!r}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise ScenarioError(None, label, f"not UTF-8 text (bad byte at offset {e.start})") from None
-    lines = [(i, line.split()) for i, line in enumerate(text.splitlines(), 1) if line.strip()]
+    lines = read_lines(file, label)
 
     def fail(line: int, column: str, message: str):
         raise ScenarioError(None, f"{label} line {line}: {column}", message)
