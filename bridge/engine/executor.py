@@ -56,7 +56,8 @@ class Executor:
         self.progress_every_s = progress_every_s
         tasks = workload.tasks
         self.n = len(tasks)
-        self.flow_index = {t.id: i for i, t in enumerate(workload.flows)}
+        self.flows = workload.flows  # flow index -> task (the C++ flow table's numbering)
+        self.flow_index = {t.id: i for i, t in enumerate(self.flows)}
         self.n_flows = len(self.flow_index)
         self.dependents: list[list[int]] = [[] for _ in range(self.n)]
         self.waiting = np.zeros(self.n, dtype=np.int64)
@@ -80,7 +81,7 @@ class Executor:
 
     def _open_persistent_connections(self) -> None:
         """Connect every host pair of training traffic before the workload starts (as NCCL does)."""
-        pairs = sorted({(t.src, t.dst) for t in self.workload.flows if t.reuse_connection})
+        pairs = sorted({(t.src, t.dst) for t in self.flows if t.reuse_connection})
         if not pairs:
             return
         for pair in pairs:
@@ -126,7 +127,7 @@ class Executor:
 
     def _collect_completed_flows(self) -> None:
         table = self.net.flows.GetTable()
-        by_index = self.workload.flows
+        by_index = self.flows
         while True:
             n = int(table.PopCompleted(self._completed_buf, len(self._completed_buf)))
             for idx in self._completed_buf[:n]:
