@@ -110,3 +110,12 @@ def test_training_run_writes_iterations_and_tagged_flows(tmp_path):
     assert (flows.iteration == 0).all() and (flows.group != "").all()
     ring = flows[flows.collective == "dp_allreduce"]
     assert ring.step.min() == 0 and ring.step.max() == 2 * (2 - 1) - 1  # DP2: 2(N-1) ring steps
+
+
+def test_missing_compiler_is_a_clear_error(monkeypatch):
+    from bridge.errors import WormholeError
+    from bridge.ns3.patches import build_library
+
+    monkeypatch.setenv("CXX", "no-such-compiler-g++")
+    with pytest.raises(WormholeError, match="no C\\+\\+ compiler found"):
+        build_library()
