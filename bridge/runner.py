@@ -45,7 +45,7 @@ def run_child(module: str, payload: dict, out_dir: Path, progress: ProgressFn | 
 
     Returns the child's final `result` message; its files are then moved into out_dir.
     """
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).resolve()  # the child runs in its own folder: relative paths would move
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
     payload = {**payload, "out": str(work)}

@@ -73,6 +73,15 @@ def test_bad_scenario_is_one_line_and_keeps_old_results(tmp_path):
         api.load_scenario(bad)
 
 
+def test_relative_paths_work_as_in_the_readme(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text((ROOT / "scenarios" / "tiny-leafspine.yaml").read_text())
+    proc = wormhole("run", "s.yaml", "--out", "out/rel", "--quiet", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "out" / "rel").iterdir()) == [
+        "fct.txt", "flows.csv", "summary.json"]
+
+
 def test_missing_scenario_file_is_one_line(tmp_path):
     proc = wormhole("run", str(tmp_path / "nope.yaml"), "--out", str(tmp_path))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "nope.yaml" in proc.stderr
