@@ -84,3 +84,17 @@ def test_bad_accel_option_is_one_line(tmp_path):
     path = scenario(tmp_path, [{"src": 0, "dst": 5, "size": "1MB"}])
     with pytest.raises(Exception, match="--theta"):
         api.run(path, tmp_path / "x", accel=True, accel_overrides={"theta": 0})
+
+
+@pytest.mark.parametrize("name", ["tiny-fattree.yaml", "tiny-roft.yaml", "tiny-hpcc/scenario.yaml",
+                                  "gpt-tiny.yaml", "moe-tiny.yaml"])
+def test_engine_without_freezing_is_stock_on_every_topology_and_workload(name, tmp_path):
+    """The partition-tag simulator, the probe and the partition bookkeeping change nothing."""
+    path = Path(__file__).resolve().parents[1] / "scenarios" / name
+    stock = api.run(path, tmp_path / "stock")
+    ablation = api.run(path, tmp_path / "no-ff", accel=True, fast_forward=False)
+    assert ablation.summary["accel"]["tagging_errors"] == 0
+    assert ablation.flows.end_ns.tolist() == stock.flows.end_ns.tolist()
+    accel = api.run(path, tmp_path / "accel", accel=True)
+    assert accel.summary["flows_finished"] == accel.summary["flows"]
+    assert accel.summary["accel"]["tagging_errors"] == 0
