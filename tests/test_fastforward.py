@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from bridge import api
+from bridge.errors import ScenarioError
 
 LINK = {"rate": "100Gbps", "delay": "1us"}
 
@@ -82,7 +83,7 @@ def test_a_flow_starting_on_a_frozen_partition_thaws_it_early(tmp_path):
 
 def test_bad_accel_option_is_one_line(tmp_path):
     path = scenario(tmp_path, [{"src": 0, "dst": 5, "size": "1MB"}])
-    with pytest.raises(Exception, match="--theta"):
+    with pytest.raises(ScenarioError, match="--theta"):
         api.run(path, tmp_path / "x", accel=True, accel_overrides={"theta": 0})
 
 

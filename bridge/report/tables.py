@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
 import networkx as nx
@@ -34,12 +33,15 @@ class IdealFct:
             self.graph.add_edge(link.a, link.b, rate=link.rate_bps, delay=link.delay_ns)
         self.frame = mtu + PPP_HEADER
         self.mss = mss
+        self._paths: dict[tuple[int, int], tuple[float, list[int]]] = {}
 
-    @lru_cache(maxsize=None)
     def _path(self, src: int, dst: int) -> tuple[float, list[int]]:
-        nodes = nx.shortest_path(self.graph, src, dst)
-        edges = [self.graph.edges[u, v] for u, v in zip(nodes, nodes[1:])]
-        return float(sum(e["delay"] for e in edges)), [e["rate"] for e in edges]
+        """One-way propagation delay and link rates along the shortest path (cached per pair)."""
+        if (src, dst) not in self._paths:
+            nodes = nx.shortest_path(self.graph, src, dst)
+            edges = [self.graph.edges[u, v] for u, v in zip(nodes, nodes[1:])]
+            self._paths[src, dst] = (float(sum(e["delay"] for e in edges)), [e["rate"] for e in edges])
+        return self._paths[src, dst]
 
     def __call__(self, src: int, dst: int, size: int, handshake: bool) -> int:
         delay, rates = self._path(src, dst)
