@@ -24,12 +24,6 @@ FlowTable::GetNFlows() const
 }
 
 uint64_t
-FlowTable::GetSize(uint32_t flow) const
-{
-    return m_flows.at(flow).size;
-}
-
-uint64_t
 FlowTable::GetDelivered(uint32_t flow) const
 {
     return m_flows.at(flow).delivered;
@@ -79,11 +73,9 @@ FlowTable::ReadDelivered(uint64_t* out) const
 }
 
 void
-FlowTable::OnStart(uint32_t flow, uint64_t size)
+FlowTable::OnStart(uint32_t flow)
 {
-    Flow& f = m_flows.at(flow);
-    f.size = size;
-    f.startNs = Simulator::Now().GetNanoSeconds();
+    m_flows.at(flow).startNs = Simulator::Now().GetNanoSeconds();
 }
 
 void
@@ -135,7 +127,7 @@ FlowSender::Setup(FlowTable* table,
 void
 FlowSender::Enqueue(uint32_t flow, uint64_t bytes)
 {
-    m_table->OnStart(flow, bytes);
+    m_table->OnStart(flow);
     m_unsent.emplace_back(flow, bytes);
     m_delivery->pending.emplace_back(flow, bytes);
     if (m_connected)
@@ -191,17 +183,6 @@ uint64_t
 FlowSender::GetSkipped() const
 {
     return m_skipped;
-}
-
-uint64_t
-FlowSender::GetUnsent() const
-{
-    uint64_t total = 0;
-    for (const auto& e : m_unsent)
-    {
-        total += e.second;
-    }
-    return total;
 }
 
 uint64_t
@@ -441,12 +422,6 @@ FlowTable&
 FlowManager::GetTable()
 {
     return m_table;
-}
-
-uint32_t
-FlowManager::GetNConnections() const
-{
-    return m_senders.size();
 }
 
 Ptr<FlowSender>

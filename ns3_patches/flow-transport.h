@@ -31,7 +31,6 @@ class FlowTable
     explicit FlowTable(uint32_t nFlows);
 
     uint32_t GetNFlows() const;
-    uint64_t GetSize(uint32_t flow) const;
     uint64_t GetDelivered(uint32_t flow) const;
     uint64_t GetSkipped(uint32_t flow) const;
     int64_t GetStartNs(uint32_t flow) const;
@@ -42,7 +41,7 @@ class FlowTable
     void ReadDelivered(uint64_t* out) const;
 
     // Model side.
-    void OnStart(uint32_t flow, uint64_t size);
+    void OnStart(uint32_t flow);
     void OnDelivered(uint32_t flow, uint64_t bytes);
     void OnSkipped(uint32_t flow, uint64_t bytes);
     void OnComplete(uint32_t flow);
@@ -50,7 +49,6 @@ class FlowTable
   private:
     struct Flow
     {
-        uint64_t size = 0;
         uint64_t delivered = 0;
         uint64_t skipped = 0;
         int64_t startNs = -1;
@@ -86,8 +84,7 @@ class FlowSender : public ns3::Application
     uint64_t GetSent() const;    //!< bytes written into the socket
     uint64_t GetAcked() const;   //!< bytes acknowledged by the receiver
     uint64_t GetSkipped() const; //!< bytes removed by Skip
-    uint64_t GetUnsent() const;  //!< bytes queued, not yet written
-    uint64_t GetUnsentOf(uint32_t flow) const; //!< of one flow
+    uint64_t GetUnsentOf(uint32_t flow) const; //!< bytes of a flow queued, not yet written
     bool IsConnected() const;
 
   private:
@@ -149,7 +146,6 @@ class FlowManager
     uint64_t SkipFlow(uint32_t flow, uint32_t conn, uint64_t bytes);
 
     FlowTable& GetTable();
-    uint32_t GetNConnections() const;
     ns3::Ptr<FlowSender> GetSender(uint32_t conn) const;
 
   private:

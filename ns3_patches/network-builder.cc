@@ -184,12 +184,6 @@ NetworkBuilder::GetAddress(uint32_t node) const
     return m_firstAddress.at(node);
 }
 
-Ptr<QueueDisc>
-NetworkBuilder::GetPortQueueDisc(uint32_t port) const
-{
-    return m_portQueueDisc.at(port);
-}
-
 Ptr<PointToPointNetDevice>
 NetworkBuilder::GetPortDevice(uint32_t port) const
 {

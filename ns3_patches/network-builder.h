@@ -53,7 +53,6 @@ class NetworkBuilder
     ns3::Ptr<ns3::Node> GetNode(uint32_t node) const;
     /// The IPv4 address of a node's first interface (a host's NIC).
     ns3::Ipv4Address GetAddress(uint32_t node) const;
-    ns3::Ptr<ns3::QueueDisc> GetPortQueueDisc(uint32_t port) const;
     ns3::Ptr<ns3::PointToPointNetDevice> GetPortDevice(uint32_t port) const;
     /// Bytes queued per port (queue disc + device queue) into out[0..nPorts).
     void ReadQueueBytes(uint32_t* out) const;
