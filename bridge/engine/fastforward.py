@@ -89,7 +89,6 @@ class FastForward:
         self.conn_of: dict[int, int] = {}
         self.conn_flows: dict[int, list[int]] = {}        # active flows per connection, FIFO
         self.paths: dict[int, frozenset[int]] = {}
-        self.mode_since: dict[int, int] = {}
         self.next_check_ns = spec.tau * (spec.window + 1)
         self.stats = FastForwardStats()
         self._path_buf = np.zeros(256, dtype=np.uint32)
@@ -113,7 +112,6 @@ class FastForward:
             del self.state[pid]
         part = self.parts.add_flow(flow, path, hosts)
         self.state[part.id] = PartitionState(since_ns=now)
-        self.mode_since[part.id] = now
         self.conn_of[flow] = conn
         self.conn_flows.setdefault(conn, []).append(flow)
         self.stats.control_s += time.perf_counter() - t0
@@ -125,7 +123,6 @@ class FastForward:
         del self.state[pid]
         for part in self.parts.remove_flow(flow):
             self.state[part.id] = PartitionState(since_ns=now)
-            self.mode_since[part.id] = now
         self.conn_flows[self.conn_of.pop(flow)].remove(flow)
         self.stats.control_s += time.perf_counter() - t0
 
@@ -218,7 +215,6 @@ class FastForward:
         self.stats.frozen_ns += shift
         self.stats.intervals.append(ModeInterval(pid, frozen.since_ns, now, "frozen",
                                                  len(self.parts.by_id[pid].flows)))
-        self.mode_since[pid] = now
         st.frozen = None
         st.since_ns = now  # the window must see the thawed partition run again
 
@@ -234,11 +230,11 @@ class FastForward:
                     self._thaw(pid, now, planned=False)
 
     def _close_interval(self, pid: int, now: int) -> None:
-        """End the partition's current "simulate" interval (frozen ones are closed by _thaw)."""
+        """End the partition's current "simulate" interval, which began at its since_ns (frozen
+        intervals are closed by _thaw). Callers then freeze or drop the partition, so it closes once."""
         st = self.state.get(pid)
-        since = self.mode_since.pop(pid, None)
-        if st is not None and st.frozen is None and since is not None and now > since:
-            self.stats.intervals.append(ModeInterval(pid, since, now, "simulate",
+        if st is not None and st.frozen is None and now > st.since_ns:
+            self.stats.intervals.append(ModeInterval(pid, st.since_ns, now, "simulate",
                                                      len(self.parts.by_id[pid].flows)))
 
 
