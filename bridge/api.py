@@ -41,20 +41,23 @@ def read_results(out_dir: str | Path) -> RunResult:
 
 
 def run(scenario: str | Path | Scenario, out_dir: str | Path | None = None, *, accel: bool = False,
-        fast_forward: bool = True, accel_overrides: dict | None = None, seed: int | None = None,
-        stop_time_ns: int | None = None, timeout_s: float | None = None,
+        fast_forward: bool = True, memo: bool = True, cache: str | Path | None = None,
+        accel_overrides: dict | None = None, seed: int | None = None, stop_time_ns: int | None = None, timeout_s: float | None = None,
         progress: Callable[[dict], None] | None = None) -> RunResult:
     """Simulate a scenario in a child process; with out_dir=None nothing is kept.
 
     accel=False is stock ns-3 (every packet simulated); accel=True runs the Wormhole engine,
-    whose fast_forward=False ablation keeps the partition machinery but never freezes.
+    whose fast_forward=False ablation keeps the partition machinery but never freezes, and whose
+    memo=False ablation fast-forwards steady partitions without memoized transients. cache is the
+    memo store file (default: $WORMHOLE_CACHE, else ~/.cache/wormhole/memo.whdb).
     accel_overrides replaces fields of the scenario's `accel` block (theta, window, tau, ...).
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)  # validate here: errors surface before any child starts
     with_accel_overrides(scenario, accel_overrides)  # a bad --theta etc. fails here, in one line
     payload = {"scenario": str(scenario.source_path), "seed": seed, "stop_time_ns": stop_time_ns,
-               "accel": accel, "fast_forward": fast_forward, "accel_overrides": accel_overrides}
+               "accel": accel, "fast_forward": fast_forward, "accel_overrides": accel_overrides,
+               "memo": memo, "cache": str(Path(cache).resolve()) if cache is not None else None}
     if out_dir is not None:
         run_child("bridge.simulation", payload, Path(out_dir), progress, timeout_s)
         return read_results(out_dir)

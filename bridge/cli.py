@@ -23,6 +23,10 @@ def _add_accel_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Wormhole acceleration: freeze steady partitions (default: off, stock ns-3)")
     parser.add_argument("--ff", action=argparse.BooleanOptionalAction, default=True,
                         help="with --accel: --no-ff keeps partitions and probes but never freezes (ablation)")
+    parser.add_argument("--memo", action=argparse.BooleanOptionalAction, default=True,
+                        help="with --accel: --no-memo fast-forwards steady states only (ablation)")
+    parser.add_argument("--cache", type=Path, help="memo store file (default: $WORMHOLE_CACHE, "
+                        "else ~/.cache/wormhole/memo.whdb)")
     parser.add_argument("--theta", type=float, help="steady threshold on (max-min)/mean of a flow's rate")
     parser.add_argument("--window", type=int, help="steady window: number of rate samples (l)")
     parser.add_argument("--tau", type=_time_ns, help="rate sample period, e.g. 10us")
@@ -50,8 +54,8 @@ def _run(args: argparse.Namespace) -> int:
         def progress(p: dict) -> None:
             bar.update(task, total=p["flows"], completed=p["flows_done"], sim=f"{p['sim_ns'] / 1e3:,.1f} us")
 
-        result = api.run(scenario, args.out, accel=args.accel, fast_forward=args.ff,
-                         accel_overrides=_accel_overrides(args), seed=args.seed,
+        result = api.run(scenario, args.out, accel=args.accel, fast_forward=args.ff, memo=args.memo,
+                         cache=args.cache, accel_overrides=_accel_overrides(args), seed=args.seed,
                          stop_time_ns=args.stop_time, timeout_s=args.timeout, progress=progress)
     s = result.summary
     wall = s["wall_s"]
@@ -105,7 +109,7 @@ def _validate(args: argparse.Namespace) -> int:
 
         result = validate(scenario, args.out, seed=args.seed, noise_floor=args.noise_floor,
                           candidate_accel=args.against_seed is None, candidate_seed=args.against_seed,
-                          timeout_s=args.timeout, progress=progress)
+                          memo=args.memo, cache=args.cache, accel_overrides=_accel_overrides(args), timeout_s=args.timeout, progress=progress)
     console.print(console_table(result))
     console.print(f"report: {args.out / 'report.md'}")
     return 0
@@ -165,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--seed", type=int, help="override the scenario's seed (both runs)")
     validate.add_argument("--timeout", type=float, help="wall-clock limit per run, in seconds")
     validate.add_argument("--quiet", action="store_true", help="no progress bars")
+    validate.add_argument("--memo", action=argparse.BooleanOptionalAction, default=True,
+                          help="--no-memo: the accelerated run fast-forwards steady states only (ablation)")
+    validate.add_argument("--cache", type=Path, help="memo store file for the accelerated run")
+    validate.add_argument("--theta", type=float, help="steady threshold of the accelerated run")
+    validate.add_argument("--window", type=int, help="steady window of the accelerated run")
+    validate.add_argument("--tau", type=_time_ns, help="rate sample period of the accelerated run")
     # Testing: compare stock against stock on another seed instead of the accelerated run.
     validate.add_argument("--against-seed", type=int, help=argparse.SUPPRESS)
     validate.set_defaults(handler=_validate)

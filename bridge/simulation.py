@@ -7,7 +7,9 @@ process on an ns-3 assert, so the CLI and the API never call it in their own pro
 from __future__ import annotations
 
 import json
+import os
 import platform
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import Callable
 from . import __version__
 from .engine.executor import Executor
 from .engine.fastforward import FastForward
+from .engine.memo import Memo, fingerprint
 from .ns3.loader import load, ns3_version
 from .ns3.network import build_network, configure_transport, segment_size, use_tag_simulator
 from .report.tables import (IdealFct, accel_summary, fct_stats, flows_frame, iterations_frame,
@@ -35,6 +38,14 @@ class RunOptions:
     accel: bool = False            # the Wormhole engine instead of stock ns-3
     fast_forward: bool = True      # --no-ff ablation when False
     accel_overrides: dict | None = None  # theta, window, tau, ... over the scenario's accel block
+    memo: bool = True              # --no-memo ablation when False
+    cache: str | None = None       # memo store file; None: default_cache_path()
+
+
+def default_cache_path() -> Path:
+    """$WORMHOLE_CACHE, else ~/.cache/wormhole/memo.whdb."""
+    env = os.environ.get("WORMHOLE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "wormhole" / "memo.whdb"
 
 
 def build_workload(scenario: Scenario, topology: Topology) -> Workload:
@@ -69,7 +80,11 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
         use_tag_simulator(h)
     configure_transport(h, scenario.transport, seed)
     net = build_network(h, topology, scenario.transport, len(workload.flows))
-    ff = FastForward(net, len(workload.flows), scenario.accel, options.fast_forward) if options.accel else None
+    ff = None
+    if options.accel:
+        memo = open_memo(scenario, topology, options.cache) if options.memo and options.fast_forward else None
+        ff = FastForward(net, len(workload.flows), scenario.accel, options.fast_forward, memo,
+                         port_labels(topology), [rate / 8e9 for rate in port_rates_bps(topology)])
     build_s = time.perf_counter() - t_build
     stop = options.stop_time_ns or scenario.stop_time or DEFAULT_STOP_TIME_NS
     run = Executor(workload, net, stop, progress, fast_forward=ff).run()
@@ -84,7 +99,7 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
         "scenario_file": str(scenario.source_path),
         "scenario_fingerprint": scenario.fingerprint(),
         "seed": seed,
-        "mode": ("accel" if options.fast_forward else "accel-no-ff") if options.accel else "stock",
+        "mode": _mode(options),
         "flows": len(flows),
         "flows_finished": int((flows.end_ns >= 0).sum()),
         "bytes": int(flows.size_bytes.sum()),
@@ -110,13 +125,48 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
     return summary
 
 
+def _mode(options: RunOptions) -> str:
+    if not options.accel:
+        return "stock"
+    if not options.fast_forward:
+        return "accel-no-ff"
+    return "accel" if options.memo else "accel-no-memo"
+
+
+def port_rates_bps(topology: Topology) -> list[int]:
+    """Per port (2i: link i's a->b side, 2i+1: b->a): the link rate."""
+    return [link.rate_bps for link in topology.links for _ in range(2)]
+
+
+def port_labels(topology: Topology) -> list[str]:
+    """Per port: host NIC or switch port, link rate and delay (what a memo record's paths must match)."""
+    hosts = set(topology.hosts)
+    labels = []
+    for link in topology.links:
+        for owner in (link.a, link.b):
+            labels.append(f"{'h' if owner in hosts else 's'}{link.rate_bps}/{link.delay_ns}")
+    return labels
+
+
+def open_memo(scenario: Scenario, topology: Topology, path: str | Path | None = None) -> Memo:
+    from cache_store import MemoStore
+
+    settings = {"transport": scenario.transport.model_dump(mode="json"),
+                "accel": scenario.accel.model_dump(mode="json"),
+                "versions": {"wormhole": __version__, "ns3": ns3_version()}}
+    store = MemoStore(Path(path) if path else default_cache_path())
+    return Memo(store, fingerprint(settings), f"wormhole-sim {__version__} / ns-3 {ns3_version()}",
+                warn=lambda message: print(f"warning: {message}", file=sys.stderr))
+
+
 def _child(payload: dict, progress: Callable[[dict], None]) -> dict:
     from .scenario import load_scenario
 
     scenario = load_scenario(payload["scenario"])
     options = RunOptions(seed=payload.get("seed"), stop_time_ns=payload.get("stop_time_ns"),
                          accel=payload.get("accel", False), fast_forward=payload.get("fast_forward", True),
-                         accel_overrides=payload.get("accel_overrides"))
+                         accel_overrides=payload.get("accel_overrides"), memo=payload.get("memo", True),
+                         cache=payload.get("cache"))
     return simulate(scenario, Path(payload["out"]), options,
                     lambda now, done, total: progress({"sim_ns": now, "flows_done": done, "flows": total}))
 

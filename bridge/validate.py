@@ -49,6 +49,7 @@ def machine() -> dict:
 
 def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int | None = None,
              noise_floor: bool = False, candidate_accel: bool = True, candidate_seed: int | None = None,
+             memo: bool = True, cache: str | Path | None = None, accel_overrides: dict | None = None,
              timeout_s: float | None = None, progress: Callable[[str, dict | None], None] | None = None) -> dict:
     """Run stock, then the candidate, (then stock on seed + 1), and write the validation outputs.
 
@@ -56,7 +57,8 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
     run on candidate_seed instead (how the comparison is tested without acceleration). Runs go one
     after the other so that none disturbs another's timing. Everything is written to a private
     folder first and moved into out_dir only when all runs succeeded: a failed validation leaves
-    earlier results alone. progress(name, None) announces a run, then progress(name, p) relays its
+    earlier results alone. memo, cache and accel_overrides apply to the accelerated run (see
+    api.run). progress(name, None) announces a run, then progress(name, p) relays its
     api.run progress. Returns the validation.json contents.
     """
     if not isinstance(scenario, Scenario):
@@ -77,6 +79,7 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
         def run(name: str, accel: bool, run_seed: int) -> api.RunResult:
             progress(name, None)
             return api.run(scenario, work / name, accel=accel, seed=run_seed, timeout_s=timeout_s,
+                           memo=memo, cache=cache, accel_overrides=accel_overrides if accel else None,
                            progress=lambda p: progress(name, p))
 
         stock = run("stock", False, seed)

@@ -10,6 +10,43 @@ namespace wormhole
 {
 using namespace ns3;
 
+namespace
+{
+// Memoization reads and restores TCP state ns-3 keeps protected (TcpSocketBase::m_tcb) or private
+// (TcpDctcp::m_alpha). An explicit instantiation may name any member; the friend function hands
+// out the pointer-to-member without changing the stock classes.
+template <typename Tag, typename Tag::type Member>
+struct Expose
+{
+    friend typename Tag::type Get(Tag)
+    {
+        return Member;
+    }
+};
+
+struct TcbMember
+{
+    using type = Ptr<TcpSocketState> TcpSocketBase::*;
+    friend type Get(TcbMember);
+};
+
+struct CongestionOpsMember
+{
+    using type = Ptr<TcpCongestionOps> TcpSocketBase::*;
+    friend type Get(CongestionOpsMember);
+};
+
+struct DctcpAlphaMember
+{
+    using type = double TcpDctcp::*;
+    friend type Get(DctcpAlphaMember);
+};
+
+template struct Expose<TcbMember, &TcpSocketBase::m_tcb>;
+template struct Expose<CongestionOpsMember, &TcpSocketBase::m_congestionControl>;
+template struct Expose<DctcpAlphaMember, &TcpDctcp::m_alpha>;
+} // namespace
+
 // ---- FlowTable ----------------------------------------------------------------------------
 
 FlowTable::FlowTable(uint32_t nFlows)
@@ -130,6 +167,12 @@ FlowSender::Enqueue(uint32_t flow, uint64_t bytes)
     m_table->OnStart(flow);
     m_unsent.emplace_back(flow, bytes);
     m_delivery->pending.emplace_back(flow, bytes);
+    Simulator::ScheduleWithContext(GetNode()->GetId(), Seconds(0), &FlowSender::PushIfConnected, this);
+}
+
+void
+FlowSender::PushIfConnected()
+{
     if (m_connected)
     {
         Push();
@@ -202,6 +245,39 @@ bool
 FlowSender::IsConnected() const
 {
     return m_connected;
+}
+
+uint32_t
+FlowSender::GetCongestionState(double* out, uint32_t cap) const
+{
+    auto tcp = DynamicCast<TcpSocketBase>(m_socket);
+    if (!tcp || cap < 3)
+    {
+        return 0;
+    }
+    const auto& tcb = (*tcp).*Get(TcbMember());
+    out[0] = tcb->m_cWnd.Get();
+    out[1] = tcb->m_ssThresh.Get();
+    auto dctcp = DynamicCast<TcpDctcp>((*tcp).*Get(CongestionOpsMember()));
+    out[2] = dctcp ? (*dctcp).*Get(DctcpAlphaMember()) : -1.0;
+    return 3;
+}
+
+void
+FlowSender::SetCongestionState(double cwnd, double ssthresh, double alpha)
+{
+    auto tcp = DynamicCast<TcpSocketBase>(m_socket);
+    NS_ABORT_MSG_IF(!tcp, "SetCongestionState on a connection without a TCP socket");
+    auto& tcb = (*tcp).*Get(TcbMember());
+    const uint32_t mss = tcb->m_segmentSize;
+    tcb->m_cWnd = std::max<uint32_t>(mss, static_cast<uint32_t>(cwnd));
+    tcb->m_cWndInfl = tcb->m_cWnd.Get();
+    tcb->m_ssThresh = std::max<uint32_t>(2 * mss, static_cast<uint32_t>(ssthresh));
+    auto dctcp = DynamicCast<TcpDctcp>((*tcp).*Get(CongestionOpsMember()));
+    if (dctcp && alpha >= 0)
+    {
+        (*dctcp).*Get(DctcpAlphaMember()) = alpha;
+    }
 }
 
 void
@@ -404,12 +480,7 @@ FlowManager::GetConnectionPath(uint32_t conn, uint32_t* out, uint32_t cap) const
 void
 FlowManager::StartFlow(uint32_t flow, uint32_t conn, uint64_t bytes)
 {
-    Simulator::ScheduleWithContext(m_srcNode.at(conn),
-                                   Seconds(0),
-                                   &FlowSender::Enqueue,
-                                   m_senders[conn],
-                                   flow,
-                                   bytes);
+    m_senders.at(conn)->Enqueue(flow, bytes);
 }
 
 uint64_t

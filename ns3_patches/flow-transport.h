@@ -76,7 +76,9 @@ class FlowSender : public ns3::Application
                std::shared_ptr<DeliveryQueue> delivery,
                uint16_t localPort,
                const ns3::Address& peer);
-    /// Append a flow of `bytes` behind the flows already queued on this connection.
+    /// Append a flow of `bytes` behind the flows already queued on this connection now (so its
+    /// budget can be read and skipped at once); its bytes go into the socket in an event at this
+    /// time, in the sender node's context.
     void Enqueue(uint32_t flow, uint64_t bytes);
     /// Remove up to `bytes` not yet written of `flow`; returns the bytes removed.
     uint64_t Skip(uint32_t flow, uint64_t bytes);
@@ -86,6 +88,10 @@ class FlowSender : public ns3::Application
     uint64_t GetSkipped() const; //!< bytes removed by Skip
     uint64_t GetUnsentOf(uint32_t flow) const; //!< bytes of a flow queued, not yet written
     bool IsConnected() const;
+    /// The socket's congestion state into out: {cwnd, ssthresh (bytes), DCTCP alpha or -1}; returns 3.
+    uint32_t GetCongestionState(double* out, uint32_t cap) const;
+    /// Set a memoized congestion state (cwnd, ssthresh in bytes; alpha < 0 leaves alpha as it is).
+    void SetCongestionState(double cwnd, double ssthresh, double alpha);
 
   private:
     void StartApplication() override;
@@ -93,6 +99,7 @@ class FlowSender : public ns3::Application
     void ConnectionSucceeded(ns3::Ptr<ns3::Socket> socket);
     void ConnectionFailed(ns3::Ptr<ns3::Socket> socket);
     void SpaceAvailable(ns3::Ptr<ns3::Socket> socket, uint32_t available);
+    void PushIfConnected();
     void Push();
 
     FlowTable* m_table = nullptr;

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ns3.network import Ns3Network
+from .memo import ConflictGraph, Memo, Transient, conflict_graph, rate_bin
 from .partitions import Partition, Partitions
 
 NEVER = np.iinfo(np.int64).max
@@ -34,12 +35,32 @@ class Frozen:
     since_ns: int
     until_ns: int                 # planned thaw
     rates: dict[int, float]       # flow index -> delivered bytes per ns
+    memo: Transient | None = None  # a memoized transient precedes the steady rates
+
+    def skipped_bytes(self, flow: int, shift: int) -> int:
+        """Bytes `flow` would have delivered in `shift` ns of this freeze."""
+        if self.memo is None:
+            return int(self.rates[flow] * shift)
+        t, size = self.memo.transient_ns, self.memo.bytes[flow]
+        if shift < t:                                   # interrupted during the transient
+            return size * shift // t
+        return size + int(self.rates[flow] * (shift - t))
+
+
+@dataclass
+class Forming:
+    """A partition simulated since it formed: recorded when it turns steady."""
+
+    graph: ConflictGraph
+    formed_ns: int
+    delivered: dict[int, int]     # flow index -> bytes delivered when the partition formed
 
 
 @dataclass
 class PartitionState:
     since_ns: int                 # samples before this describe another partition (or a frozen one)
     frozen: Frozen | None = None
+    forming: Forming | None = None
 
 
 @dataclass
@@ -47,7 +68,7 @@ class ModeInterval:
     partition: int
     start_ns: int
     end_ns: int
-    mode: str                     # "simulate" | "frozen"
+    mode: str                     # "simulate" | "frozen" | "memo" (frozen through a memoized transient)
     flows: int
 
 
@@ -66,10 +87,15 @@ class FastForwardStats:
 class FastForward:
     """Partitions, steady detection and freeze/thaw for one running network."""
 
-    def __init__(self, net: Ns3Network, n_flows: int, spec, enabled: bool = True):
+    def __init__(self, net: Ns3Network, n_flows: int, spec, enabled: bool = True,
+                 memo: Memo | None = None, port_labels: list[str] | None = None,
+                 port_rates: list[float] | None = None):
         self.net = net
         self.spec = spec
         self.enabled = enabled
+        self.memo = memo if enabled else None
+        self.port_labels = port_labels       # per port: its link's rate and delay (memo vertex labels)
+        self.port_rates = port_rates         # per port: bytes per ns
         wh = net.h.wh
         self.sim = wh.TagSimulatorImpl.Get()
         if not self.sim:
@@ -89,11 +115,15 @@ class FastForward:
         self.conn_of: dict[int, int] = {}
         self.conn_flows: dict[int, list[int]] = {}        # active flows per connection, FIFO
         self.paths: dict[int, frozenset[int]] = {}
+        self.path_labels: dict[int, str] = {}             # per connection: its ports' labels in order
         self.next_check_ns = spec.tau * (spec.window + 1)
         self.stats = FastForwardStats()
         self._path_buf = np.zeros(256, dtype=np.uint32)
         self._tag_buf = np.zeros(1, dtype=np.uint32)
         self._interrupted = np.zeros(64, dtype=np.uint32)
+        self._cc_buf = np.zeros(3, dtype=np.float64)
+        self.first_port: dict[int, int] = {}             # per connection: its source host's port
+        self.thawed: dict[int, tuple[float, int]] = {}   # flow -> (its rate while frozen, thaw time)
 
     # -- flow life cycle (called by the executor) -------------------------------------------
 
@@ -102,7 +132,11 @@ class FastForward:
         path = self.paths.get(conn)
         if path is None:
             n = int(self.net.flows.GetConnectionPath(conn, self._path_buf, len(self._path_buf)))
-            path = self.paths[conn] = frozenset(self._path_buf[:n].tolist())
+            ordered = self._path_buf[:n].tolist()
+            path = self.paths[conn] = frozenset(ordered)
+            if self.memo is not None:
+                self.path_labels[conn] = ",".join(self.port_labels[p] for p in ordered)
+                self.first_port[conn] = ordered[0]
         touched = self.parts.touching(path)
         for pid in touched:
             self._thaw(pid, now, planned=False)
@@ -114,6 +148,7 @@ class FastForward:
         self.state[part.id] = PartitionState(since_ns=now)
         self.conn_of[flow] = conn
         self.conn_flows.setdefault(conn, []).append(flow)
+        self._formed(part, now, new_flow=flow)
         self.stats.control_s += time.perf_counter() - t0
 
     def flow_finished(self, flow: int, now: int) -> None:
@@ -121,9 +156,12 @@ class FastForward:
         pid = self.parts.of_flow[flow]
         self._close_interval(pid, now)
         del self.state[pid]
-        for part in self.parts.remove_flow(flow):
-            self.state[part.id] = PartitionState(since_ns=now)
+        parts = self.parts.remove_flow(flow)
         self.conn_flows[self.conn_of.pop(flow)].remove(flow)
+        self.thawed.pop(flow, None)
+        for part in parts:
+            self.state[part.id] = PartitionState(since_ns=now)
+            self._formed(part, now)
         self.stats.control_s += time.perf_counter() - t0
 
     # -- decisions ---------------------------------------------------------------------------
@@ -178,7 +216,6 @@ class FastForward:
         flows = sorted(part.flows)
         blocks = {s: self._window_rates(n, flows, s) for s in scales}
         rates: dict[int, float] = {}
-        horizon = NEVER
         for i, flow in enumerate(flows):
             if blocks[1][:, i].sum() <= 0:
                 if self.conn_flows[self.conn_of[flow]][0] == flow:
@@ -188,16 +225,21 @@ class FastForward:
             if scale is None:
                 return
             # The median block: the oldest block of a window may still hold the flow's ramp-up.
-            rate = float(np.median(blocks[scale][:, i])) / (scale * spec.tau)   # bytes per ns
-            unsent = int(self.net.flows.GetSender(self.conn_of[flow]).GetUnsentOf(flow))
-            horizon = min(horizon, int((unsent - spec.margin) / rate))
-            rates[flow] = rate
-        if not rates or horizon < spec.min_freeze:
+            rates[flow] = float(np.median(blocks[scale][:, i])) / (scale * spec.tau)   # bytes per ns
+        if not rates:
             return
+        if st.forming is not None:
+            self._record(st, rates, now)
+        horizon = min(int((self._unsent(flow) - spec.margin) / rate) for flow, rate in rates.items())
+        if horizon >= spec.min_freeze:
+            self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=now + horizon, rates=rates), now)
+
+    def _freeze(self, part: Partition, st: PartitionState, frozen: Frozen, now: int) -> None:
         tags = np.array(part.tags(self.net.n_ports), dtype=np.uint32)
-        group = int(self.sim.Freeze(tags, len(tags)))
+        frozen.group = int(self.sim.Freeze(tags, len(tags)))
         self._close_interval(part.id, now)
-        st.frozen = Frozen(group=group, since_ns=now, until_ns=now + horizon, rates=rates)
+        st.frozen = frozen
+        st.forming = None
         self.stats.freezes += 1
 
     def _thaw(self, pid: int, now: int, planned: bool) -> None:
@@ -208,15 +250,86 @@ class FastForward:
         shift = now - frozen.since_ns
         self.sim.Thaw(frozen.group, shift)
         for flow, rate in frozen.rates.items():
-            skipped = int(self.net.flows.SkipFlow(flow, self.conn_of[flow], int(rate * shift)))
+            conn = self.conn_of[flow]
+            skipped = int(self.net.flows.SkipFlow(flow, conn, frozen.skipped_bytes(flow, shift)))
             self.stats.bytes_skipped += skipped
+            self.thawed[flow] = (rate, now)
+            if frozen.memo is not None and frozen.memo.states.get(flow):
+                state = frozen.memo.states[flow]
+                self.net.flows.GetSender(conn).SetCongestionState(
+                    state.get("cwnd", 0.0), state.get("ssthresh", 0.0), state.get("alpha", -1.0))
         self.stats.thaws += 1
         self.stats.skip_backs += 0 if planned else 1
         self.stats.frozen_ns += shift
-        self.stats.intervals.append(ModeInterval(pid, frozen.since_ns, now, "frozen",
-                                                 len(self.parts.by_id[pid].flows)))
+        self.stats.intervals.append(ModeInterval(pid, frozen.since_ns, now, "frozen" if frozen.memo is None
+                                                 else "memo", len(self.parts.by_id[pid].flows)))
         st.frozen = None
         st.since_ns = now  # the window must see the thawed partition run again
+
+    # -- memoization -------------------------------------------------------------------------
+
+    def _formed(self, part: Partition, now: int, new_flow: int | None = None) -> None:
+        """A partition formed: apply a memoized transient, or watch it to record one."""
+        if self.memo is None:
+            return
+        flows = sorted(part.flows)
+        if any(self.conn_flows[self.conn_of[f]][0] != f for f in flows):
+            return        # a flow queued behind another on its connection: its start is not a transient
+        if not all(self.net.flows.GetSender(self.conn_of[f]).IsConnected() for f in flows):
+            return        # a handshake is part of the transient, and no congestion state exists yet
+        labels = {}
+        for f in flows:
+            conn = self.conn_of[f]
+            rate = 0.0 if f == new_flow else self._recent_rate(f, now)
+            q = rate_bin(rate, self.port_rates[self.first_port[conn]], self.spec.memo_bins)
+            labels[f] = f"{q}|{self.path_labels[conn]}"
+        graph = conflict_graph(flows, {f: self.paths[self.conn_of[f]] for f in flows}, labels)
+        st = self.state[part.id]
+        hit = self.memo.lookup(graph)
+        if hit is None:
+            table = self.net.flows.GetTable()
+            st.forming = Forming(graph, now, {f: int(table.GetDelivered(f)) for f in flows})
+            return
+        spec = self.spec
+        steady = [(self._unsent(f) - hit.bytes[f] - spec.margin) / hit.rates[f] if hit.rates[f] > 0 else -1
+                  for f in flows]
+        if min(steady) < 0:
+            self.memo.stats.not_applied += 1     # flows too short for the stored transient
+            return
+        until = now + hit.transient_ns + int(min(steady))
+        self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=until, rates=hit.rates, memo=hit), now)
+
+    def _record(self, st: PartitionState, rates: dict[int, float], now: int) -> None:
+        forming, st.forming = st.forming, None
+        table = self.net.flows.GetTable()
+        flows = forming.graph.flows
+        delivered = {f: int(table.GetDelivered(f)) - forming.delivered[f] for f in flows}
+        states = {f: self._congestion_state(f) for f in flows}
+        self.memo.record(forming.graph, now - forming.formed_ns, delivered, rates, states)
+
+    def _recent_rate(self, flow: int, now: int) -> float:
+        """Bytes per ns `flow` delivered over the last `coarse` samples (its frozen rate if it just thawed)."""
+        rate, thawed_ns = self.thawed.get(flow, (0.0, -1))
+        if thawed_ns >= 0 and now - thawed_ns < self.spec.coarse * self.spec.tau:
+            return rate
+        n = int(self.probe.Read(self.times, self.delivered, self.queues, self.capacity))
+        back = min(n, self.spec.coarse)
+        if back == 0 or now <= self.times[n - back]:
+            return 0.0
+        now_bytes = int(self.net.flows.GetTable().GetDelivered(flow))
+        return (now_bytes - int(self.delivered[n - back, flow])) / (now - int(self.times[n - back]))
+
+    def _congestion_state(self, flow: int) -> dict[str, float]:
+        n = int(self.net.flows.GetSender(self.conn_of[flow]).GetCongestionState(self._cc_buf, len(self._cc_buf)))
+        if n < 3:
+            return {}
+        state = {"cwnd": float(self._cc_buf[0]), "ssthresh": float(self._cc_buf[1])}
+        if self._cc_buf[2] >= 0:
+            state["alpha"] = float(self._cc_buf[2])
+        return state
+
+    def _unsent(self, flow: int) -> int:
+        return int(self.net.flows.GetSender(self.conn_of[flow]).GetUnsentOf(flow))
 
     def _thaw_interrupted(self, now: int) -> None:
         """Events were scheduled into frozen partitions: thaw them now (skip-back)."""

@@ -161,4 +161,16 @@ def accel_summary(ff, flows: pd.DataFrame, spec) -> dict:
             "bytes_simulated": int(flows.size_bytes.sum()) - skipped, "bytes_skipped": skipped,
             "freezes": s.freezes, "thaws": s.thaws, "skip_backs": s.skip_backs, "checks": s.checks,
             "partition_time_ns": {"simulate": int(simulate_ns), "frozen": int(s.frozen_ns)},
-            "control_wall_s": round(s.control_s, 3), "tagging_errors": ff.tagging_errors()}
+            "control_wall_s": round(s.control_s, 3), "tagging_errors": ff.tagging_errors(),
+            "memo": _memo_summary(ff.memo)}
+
+
+def _memo_summary(memo) -> dict | None:
+    if memo is None:
+        return None
+    m = memo.stats
+    return {"cache": str(memo.store.path) if memo.store is not None else None,
+            "fingerprint": memo.fingerprint[:16], "records_loaded": m.records_loaded,
+            "lookups": m.lookups, "hits": m.hits, "misses": m.misses, "not_applied": m.not_applied,
+            "records_written": m.records_written, "lookup_wall_s": round(m.lookup_s, 3),
+            "warnings": m.problems}

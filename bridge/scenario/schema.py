@@ -152,6 +152,9 @@ class TransportSpec(_Spec):
     queue_size: Annotated[StrictInt, Field(ge=10, le=_U32)] = 1000  # packets per port
     ecn_kmin: Count | None = None                                    # packets
     ecn_kmax: Count | None = None                                    # packets
+    # Loose flows share one connection per host pair, opened before the first flow starts (as
+    # collective libraries keep theirs); training traffic always does.
+    persistent_connections: StrictBool = False
 
 
 class FlowSpec(_Spec):
@@ -177,6 +180,9 @@ class AccelSpec(_Spec):
     coarse: Annotated[StrictInt, Field(ge=1, le=1000)] = 4
     min_freeze: DurationNs = 20_000                                  # ns: shorter skips aren't worth it
     margin: SizeBytes = 65_536                                       # unsent bytes every flow keeps
+    # Memo vertex labels: a flow's rate when its partition forms, in steps of 1/memo_bins of its
+    # line rate (coarser: more reuse, less exact).
+    memo_bins: Annotated[StrictInt, Field(ge=1, le=1000)] = 10
 
 
 class AicbSpec(_Spec):

@@ -42,7 +42,8 @@ def load_flows(scenario: Scenario) -> Workload:
     # sorted() is stable, so flows starting together keep the order they were given in.
     ordered = sorted(scenario.flows, key=lambda f: f.start)
     tasks = [FlowTask(id=i, src=f.src, dst=f.dst, size=f.size, release_ns=f.start,
-                      collective="flow") for i, f in enumerate(ordered)]
+                      collective="flow", reuse_connection=scenario.transport.persistent_connections)
+             for i, f in enumerate(ordered)]
     return Workload(tasks=tasks)
 
 

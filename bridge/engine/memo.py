@@ -1,0 +1,199 @@
+"""Memoized transients (the second half of Wormhole).
+
+When a partition forms (a flow starts and merges partitions, or a flow ends and splits one), its
+flow conflict graph is built: a vertex per flow, labelled by the flow's rate at that moment
+(quantized relative to its first link's rate) and by the rates and delays of the ports on its data
+and ACK paths; an edge between flows that share ports, weighted by how many. A canonical hash of
+the labelled graph finds candidate records, weighted isomorphism (networkx VF2) confirms one and
+maps its stored flows onto the current flows.
+
+A record holds what the partition did from forming until it turned steady: the time it took
+(T_conv), the bytes each flow delivered meanwhile, each flow's steady rate and its congestion
+state then. Records live in a `cache_store.MemoStore` under a fingerprint of everything else that
+changes the dynamics (transport and queue settings, detection settings, ns-3 and project versions),
+so a record made under another configuration is never applied. A run sees the store as it was
+when the run started plus its own records: the same scenario, seed and store give the same run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import networkx as nx
+from networkx.algorithms.isomorphism import GraphMatcher
+
+from cache_store import SCHEMA_VERSION, MemoStore, format_problem, record_id
+from cache_store.memo_pb2 import MemoRecord
+
+WL_ITERATIONS = 3
+
+
+def fingerprint(settings: dict) -> str:
+    """Hex digest of the settings that change the dynamics (JSON-serializable, any nesting)."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def rate_bin(rate: float, line_rate: float, bins: int) -> int:
+    """A flow's rate as the nearest of `bins` steps of its line rate (0 for a new flow)."""
+    return round(rate / line_rate * bins) if line_rate > 0 else 0
+
+
+@dataclass
+class ConflictGraph:
+    """A partition's flow conflict graph; vertex i is flows[i]."""
+
+    flows: list[int]
+    graph: nx.Graph
+    key: str                                  # canonical hash: equal for isomorphic graphs
+
+
+def conflict_graph(flows: list[int], ports: dict[int, frozenset[int]], labels: dict[int, str]) -> ConflictGraph:
+    """Build the conflict graph of `flows` (sorted) from their ports and vertex labels."""
+    flows = sorted(flows)
+    graph = nx.Graph()
+    users: dict[int, list[int]] = {}
+    for v, flow in enumerate(flows):
+        graph.add_node(v, label=labels[flow])
+        for p in ports[flow]:
+            users.setdefault(p, []).append(v)
+    shared: dict[tuple[int, int], int] = {}
+    for vs in users.values():
+        for i, a in enumerate(vs):
+            for b in vs[i + 1:]:
+                edge = (a, b) if a < b else (b, a)
+                shared[edge] = shared.get(edge, 0) + 1
+    for (a, b), w in shared.items():
+        graph.add_edge(a, b, w=w)
+    key = nx.weisfeiler_lehman_graph_hash(graph, node_attr="label", edge_attr="w", iterations=WL_ITERATIONS)
+    return ConflictGraph(flows=flows, graph=graph, key=f"{len(flows)}:{len(shared)}:{key}")
+
+
+@dataclass
+class Transient:
+    """A record mapped onto the current flows."""
+
+    transient_ns: int
+    bytes: dict[int, int]                     # flow -> bytes delivered during the transient
+    rates: dict[int, float]                   # flow -> steady rate, bytes per ns
+    states: dict[int, dict[str, float]]       # flow -> congestion state at the end
+
+
+@dataclass
+class MemoStats:
+    lookups: int = 0
+    hits: int = 0
+    misses: int = 0
+    not_applied: int = 0                      # hits whose flows were too short for the transient
+    records_written: int = 0
+    records_loaded: int = 0
+    lookup_s: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Entry:
+    rid: str
+    record: MemoRecord
+    graph: nx.Graph | None = None
+
+
+class Memo:
+    """The records of one configuration: looked up by conflict graph, appended as partitions settle."""
+
+    def __init__(self, store: MemoStore | None, fingerprint_hex: str, producer: str,
+                 warn: Callable[[str], None]):
+        self.store = store
+        self.fingerprint = fingerprint_hex
+        self.producer = producer
+        self.warn = warn
+        self.stats = MemoStats()
+        self.index: dict[str, list[_Entry]] = {}
+        if store is not None:
+            loaded = store.load()
+            for problem in loaded.problems:
+                self._warn(format_problem(store.path, problem))
+            for record in loaded.records:
+                if record.fingerprint == fingerprint_hex and record.schema_version <= SCHEMA_VERSION:
+                    self._add(record)
+                    self.stats.records_loaded += 1
+
+    def lookup(self, cg: ConflictGraph) -> Transient | None:
+        """The record whose start graph is isomorphic to `cg` (the smallest record id wins), mapped."""
+        t0 = time.perf_counter()
+        self.stats.lookups += 1
+        found = None
+        for entry in self.index.get(cg.key, ()):
+            if entry.graph is None:
+                entry.graph = _stored_graph(entry.record)
+            matcher = GraphMatcher(cg.graph, entry.graph, node_match=_same_label, edge_match=_same_weight)
+            if matcher.is_isomorphic():
+                found = _mapped(entry.record, cg, matcher.mapping)
+                break
+        if found is None:
+            self.stats.misses += 1
+        else:
+            self.stats.hits += 1
+        self.stats.lookup_s += time.perf_counter() - t0
+        return found
+
+    def record(self, cg: ConflictGraph, transient_ns: int, transient_bytes: dict[int, int],
+               rates: dict[int, float], states: dict[int, dict[str, float]]) -> None:
+        """Keep what the partition of `cg` did until it turned steady (in memory and in the store)."""
+        record = MemoRecord(schema_version=SCHEMA_VERSION, fingerprint=self.fingerprint, graph_hash=cg.key,
+                            transient_ns=transient_ns, producer=self.producer)
+        for v, flow in enumerate(cg.flows):
+            rec = record.flows.add(vertex=v, label=cg.graph.nodes[v]["label"],
+                                   transient_bytes=transient_bytes[flow], steady_rate=rates[flow])
+            rec.transport_state.update(states.get(flow, {}))
+        for a, b, w in sorted(cg.graph.edges(data="w")):
+            record.edges.add(a=a, b=b, weight=w)
+        self._add(record, graph=cg.graph)
+        self.stats.records_written += 1
+        if self.store is not None:
+            try:
+                self.store.append(record)
+            except OSError as e:
+                self._warn(f"cache {self.store.path}: cannot write ({e.strerror}); "
+                           "records of this run are kept in memory only")
+                self.store = None
+
+    def _add(self, record: MemoRecord, graph: nx.Graph | None = None) -> None:
+        entries = self.index.setdefault(record.graph_hash, [])
+        entries.append(_Entry(record_id(record), record, graph))
+        entries.sort(key=lambda e: e.rid)
+
+    def _warn(self, message: str) -> None:
+        self.stats.problems.append(message)
+        self.warn(message)
+
+
+def _same_label(a: dict, b: dict) -> bool:
+    return a["label"] == b["label"]
+
+
+def _same_weight(a: dict, b: dict) -> bool:
+    return a["w"] == b["w"]
+
+
+def _stored_graph(record: MemoRecord) -> nx.Graph:
+    graph = nx.Graph()
+    for f in record.flows:
+        graph.add_node(f.vertex, label=f.label)
+    for e in record.edges:
+        graph.add_edge(e.a, e.b, w=e.weight)
+    return graph
+
+
+def _mapped(record: MemoRecord, cg: ConflictGraph, mapping: dict[int, int]) -> Transient:
+    by_vertex = {f.vertex: f for f in record.flows}
+    t = Transient(transient_ns=record.transient_ns, bytes={}, rates={}, states={})
+    for v, flow in enumerate(cg.flows):
+        stored = by_vertex[mapping[v]]
+        t.bytes[flow] = stored.transient_bytes
+        t.rates[flow] = stored.steady_rate
+        t.states[flow] = dict(stored.transport_state)
+    return t
