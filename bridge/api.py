@@ -55,6 +55,10 @@ def run(scenario: str | Path | Scenario, out_dir: str | Path | None = None, *, a
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)  # validate here: errors surface before any child starts
     with_accel_overrides(scenario, accel_overrides)  # a bad --theta etc. fails here, in one line
+    if accel and fast_forward and memo:
+        from .engine.memo import open_store
+
+        open_store(cache)  # a bad cache file fails here, in one line, before any child starts
     payload = {"scenario": str(scenario.source_path), "seed": seed, "stop_time_ns": stop_time_ns,
                "accel": accel, "fast_forward": fast_forward, "accel_overrides": accel_overrides,
                "memo": memo, "cache": str(Path(cache).resolve()) if cache is not None else None}

@@ -45,7 +45,11 @@ def _run(args: argparse.Namespace) -> int:
     from . import api
 
     console = Console(stderr=True)
-    scenario = api.load_scenario(args.scenario)
+    scenario = api.load_scenario(args.scenario)  # errors before the progress display stay one line
+    if args.accel and args.ff and args.memo:
+        from .engine.memo import open_store
+
+        open_store(args.cache)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("flows  sim {task.fields[sim]}"), TimeElapsedColumn(),
                   console=console, disable=args.quiet, transient=False) as bar:
@@ -140,6 +144,40 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace) -> int:
+    from cache_store import CacheError, format_problem
+
+    from .engine.memo import open_store
+    from .errors import CacheFileError
+
+    if args.action in ("export", "import") and args.file is None:
+        raise CacheFileError(f"wormhole cache {args.action} needs a FILE")
+    store = open_store(args.cache)
+    try:
+        if args.action == "stats":
+            s = store.stats()
+            print(f"{s['path']}: {s['records']} records, {s['size_bytes']:,} bytes, {s['problems']} damaged, "
+                  f"schema {s['schema_version']}")
+            for fp, n in sorted(s["fingerprints"].items()):
+                print(f"  configuration {fp[:16]}: {n} records")
+        elif args.action == "verify":
+            report = store.verify()
+            for problem in report.problems:
+                print(format_problem(store.path, problem))
+            print(f"{store.path}: {report.n_valid} valid records, {len(report.problems)} damaged")
+            return 0 if report.ok else 1
+        elif args.action == "clear":
+            store.clear()
+            print(f"{store.path}: cleared")
+        elif args.action == "export":
+            print(f"{store.export(args.file)} records -> {args.file}")
+        else:
+            print(f"{store.import_from(args.file)} new records <- {args.file}")
+    except CacheError as e:
+        raise CacheFileError(str(e)) from None
+    return 0
+
+
 def _positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
@@ -189,6 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--workers", type=_positive_int,
                        help="simulations at a time (default: one per core)")
     sweep.set_defaults(handler=_sweep)
+
+    cache = sub.add_parser("cache", help="inspect and manage the memo store")
+    cache.add_argument("action", choices=["stats", "verify", "clear", "export", "import"],
+                       help="verify exits 1 when a record is damaged; export/import take FILE")
+    cache.add_argument("file", type=Path, nargs="?", help="export: destination store; import: source store")
+    cache.add_argument("--cache", type=Path, help="the store (default: $WORMHOLE_CACHE, "
+                       "else ~/.cache/wormhole/memo.whdb)")
+    cache.set_defaults(handler=_cache)
     return parser
 
 

@@ -16,5 +16,9 @@ class ScenarioError(WormholeError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+class CacheFileError(WormholeError):
+    """A memo store file cannot be used (not a store, newer schema, unreadable)."""
+
+
 class SimulationError(WormholeError):
     """The ns-3 child process failed (abort, crash, timeout)."""

@@ -7,7 +7,6 @@ process on an ns-3 assert, so the CLI and the API never call it in their own pro
 from __future__ import annotations
 
 import json
-import os
 import platform
 import sys
 import time
@@ -18,7 +17,10 @@ from typing import Callable
 from . import __version__
 from .engine.executor import Executor
 from .engine.fastforward import FastForward
-from .engine.memo import Memo, fingerprint
+from cache_store import CacheError
+
+from .engine.memo import Memo, fingerprint, open_store
+from .errors import CacheFileError
 from .ns3.loader import load, ns3_version
 from .ns3.network import build_network, configure_transport, segment_size, use_tag_simulator
 from .report.tables import (IdealFct, accel_summary, fct_stats, flows_frame, iterations_frame,
@@ -40,12 +42,6 @@ class RunOptions:
     accel_overrides: dict | None = None  # theta, window, tau, ... over the scenario's accel block
     memo: bool = True              # --no-memo ablation when False
     cache: str | None = None       # memo store file; None: default_cache_path()
-
-
-def default_cache_path() -> Path:
-    """$WORMHOLE_CACHE, else ~/.cache/wormhole/memo.whdb."""
-    env = os.environ.get("WORMHOLE_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "wormhole" / "memo.whdb"
 
 
 def build_workload(scenario: Scenario, topology: Topology) -> Workload:
@@ -82,7 +78,7 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
     net = build_network(h, topology, scenario.transport, len(workload.flows))
     ff = None
     if options.accel:
-        memo = open_memo(scenario, topology, options.cache) if options.memo and options.fast_forward else None
+        memo = open_memo(scenario, options.cache) if options.memo and options.fast_forward else None
         ff = FastForward(net, len(workload.flows), scenario.accel, options.fast_forward, memo,
                          port_labels(topology), [rate / 8e9 for rate in port_rates_bps(topology)])
     build_s = time.perf_counter() - t_build
@@ -148,15 +144,16 @@ def port_labels(topology: Topology) -> list[str]:
     return labels
 
 
-def open_memo(scenario: Scenario, topology: Topology, path: str | Path | None = None) -> Memo:
-    from cache_store import MemoStore
-
+def open_memo(scenario: Scenario, path: str | Path | None = None) -> Memo:
+    """The memo records of this scenario's configuration in the store at `path` (or the default)."""
     settings = {"transport": scenario.transport.model_dump(mode="json"),
                 "accel": scenario.accel.model_dump(mode="json"),
                 "versions": {"wormhole": __version__, "ns3": ns3_version()}}
-    store = MemoStore(Path(path) if path else default_cache_path())
-    return Memo(store, fingerprint(settings), f"wormhole-sim {__version__} / ns-3 {ns3_version()}",
-                warn=lambda message: print(f"warning: {message}", file=sys.stderr))
+    try:
+        return Memo(open_store(path), fingerprint(settings), f"wormhole-sim {__version__} / ns-3 {ns3_version()}",
+                    warn=lambda message: print(f"warning: {message}", file=sys.stderr))
+    except CacheError as e:
+        raise CacheFileError(str(e)) from None
 
 
 def _child(payload: dict, progress: Callable[[dict], None]) -> dict:

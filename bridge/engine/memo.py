@@ -19,17 +19,38 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable
 
 import networkx as nx
 from networkx.algorithms.isomorphism import GraphMatcher
 
-from cache_store import SCHEMA_VERSION, MemoStore, format_problem, record_id
+from cache_store import SCHEMA_VERSION, CacheError, MemoStore, format_problem, record_id
 from cache_store.memo_pb2 import MemoRecord
 
+from ..errors import CacheFileError
+
 WL_ITERATIONS = 3
+
+
+def default_cache_path() -> Path:
+    """$WORMHOLE_CACHE, else ~/.cache/wormhole/memo.whdb."""
+    env = os.environ.get("WORMHOLE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "wormhole" / "memo.whdb"
+
+
+def open_store(path: str | Path | None = None) -> MemoStore:
+    """The store at `path` (default: default_cache_path()), checked readable: a file that is not a
+    store, or one of a newer schema, is a CacheFileError naming it (a missing file is an empty store)."""
+    store = MemoStore(Path(path) if path else default_cache_path())
+    try:
+        store.stats()
+    except CacheError as e:
+        raise CacheFileError(str(e)) from None
+    return store
 
 
 def fingerprint(settings: dict) -> str:
@@ -113,7 +134,7 @@ class Memo:
         self.stats = MemoStats()
         self.index: dict[str, list[_Entry]] = {}
         if store is not None:
-            loaded = store.load()
+            loaded = store.load()   # CacheError: not a store, or a newer schema
             for problem in loaded.problems:
                 self._warn(format_problem(store.path, problem))
             for record in loaded.records:
@@ -156,9 +177,8 @@ class Memo:
         if self.store is not None:
             try:
                 self.store.append(record)
-            except OSError as e:
-                self._warn(f"cache {self.store.path}: cannot write ({e.strerror}); "
-                           "records of this run are kept in memory only")
+            except CacheError as e:
+                self._warn(f"{e}; records of this run are kept in memory only")
                 self.store = None
 
     def _add(self, record: MemoRecord, graph: nx.Graph | None = None) -> None:

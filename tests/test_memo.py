@@ -1,0 +1,188 @@
+"""Memoized transients: conflict graphs and lookups (pure Python), then end to end on real ns-3."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from bridge import api
+from bridge.cli import main
+from bridge.engine.memo import Memo, conflict_graph, fingerprint
+from bridge.errors import CacheFileError
+from cache_store import MemoStore
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_MEMO = REPO / "scenarios" / "tiny-memo.yaml"
+
+
+# -- conflict graphs and lookups ---------------------------------------------------------------
+
+def incast(ports_base: int, labels=("5|a", "3|b", "0|c")):
+    """Three flows into one host: flows share the receiver's port, the first two also an uplink."""
+    rx, up = ports_base, ports_base + 1
+    flows = [10 + ports_base, 11 + ports_base, 12 + ports_base]
+    ports = {flows[0]: frozenset({rx, up, ports_base + 2}), flows[1]: frozenset({rx, up, ports_base + 3}),
+             flows[2]: frozenset({rx, ports_base + 4})}
+    return flows, conflict_graph(flows, ports, dict(zip(flows, labels)))
+
+
+def test_conflict_graph_weights_are_shared_port_counts():
+    flows, cg = incast(0)
+    assert cg.graph.edges[0, 1]["w"] == 2 and cg.graph.edges[0, 2]["w"] == 1 and cg.graph.edges[1, 2]["w"] == 1
+
+
+def test_isomorphic_partition_elsewhere_hits_with_the_right_mapping(tmp_path):
+    memo = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "test", warn=print)
+    flows, cg = incast(0)
+    memo.record(cg, 70_000, dict(zip(flows, (100, 200, 300))), dict(zip(flows, (1.0, 2.0, 3.0))),
+                {flows[0]: {"cwnd": 5.0}})
+    # The same incast on other ports, its flows listed in another order: the key matches and
+    # each flow gets the bytes of the stored flow with its label.
+    other_flows, other = incast(100, labels=("5|a", "3|b", "0|c"))
+    assert other.key == cg.key
+    hit = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "test", warn=print).lookup(other)
+    assert hit is not None and hit.transient_ns == 70_000
+    assert [hit.bytes[f] for f in other_flows] == [100, 200, 300]
+    assert hit.rates[other_flows[2]] == 3.0 and hit.states[other_flows[0]] == {"cwnd": 5.0}
+
+
+@pytest.mark.parametrize("labels", [("5|a", "3|b", "1|c"),       # another start rate
+                                    ("5|a", "3|b", "0|d")])      # another path (rate or delay)
+def test_other_labels_miss(tmp_path, labels):
+    memo = Memo(None, "fp", "test", warn=print)
+    flows, cg = incast(0)
+    memo.record(cg, 1, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {})
+    assert memo.lookup(incast(100, labels)[1]) is None
+    assert (memo.stats.hits, memo.stats.misses) == (0, 1)
+
+
+def test_another_fingerprint_is_never_loaded(tmp_path):
+    store = MemoStore(tmp_path / "m.whdb")
+    flows, cg = incast(0)
+    Memo(store, fingerprint({"ecn_kmin": 20}), "t", warn=print).record(
+        cg, 1, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {})
+    other = Memo(store, fingerprint({"ecn_kmin": 30}), "t", warn=print)
+    assert other.stats.records_loaded == 0 and other.lookup(cg) is None
+    assert Memo(store, fingerprint({"ecn_kmin": 20}), "t", warn=print).lookup(cg) is not None
+
+
+# -- end to end on ns-3 ------------------------------------------------------------------------
+
+def variant(tmp_path: Path, name: str, **changes) -> Path:
+    data = yaml.safe_load(TINY_MEMO.read_text())
+    data["name"] = name
+    for key, value in changes.items():
+        section, field = key.split("__")
+        data[section][field] = value
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """tiny-memo stock, steady-only, cold memo and warm memo (same store)."""
+    tmp = tmp_path_factory.mktemp("memo")
+    cache = tmp / "memo.whdb"
+    return {"stock": api.run(TINY_MEMO, tmp / "stock"),
+            "steady": api.run(TINY_MEMO, tmp / "steady", accel=True, memo=False, cache=cache),
+            "cold": api.run(TINY_MEMO, tmp / "cold", accel=True, cache=cache),
+            "warm": api.run(TINY_MEMO, tmp / "warm", accel=True, cache=cache),
+            "cache": cache, "tmp": tmp}
+
+
+def incast_times(flows: pd.DataFrame) -> list[int]:
+    """How long each incast takes (its start to its last flow's end)."""
+    return [int(flows.end_ns[flows.start_ns == start].max()) - start for start in sorted(set(flows.start_ns))]
+
+
+def test_cold_run_records_once_and_reuses_on_other_racks(runs):
+    memo = runs["cold"].summary["accel"]["memo"]
+    assert memo["records_written"] == 1 and memo["hits"] == 2 and memo["not_applied"] == 0
+    assert runs["steady"].summary["accel"]["memo"] is None
+    assert runs["cold"].summary["events"] < 0.6 * runs["steady"].summary["events"]
+    timeline = pd.read_csv(runs["tmp"] / "cold" / "partitions.csv")
+    assert (timeline["mode"] == "memo").sum() == 2
+
+
+def test_warm_run_reuses_the_stored_record_everywhere(runs):
+    memo = runs["warm"].summary["accel"]["memo"]
+    assert memo["records_loaded"] == 1 and memo["records_written"] == 0 and memo["hits"] == 3
+    assert runs["warm"].summary["events"] < 0.5 * runs["cold"].summary["events"]
+    assert runs["warm"].summary["flows_finished"] == 6
+
+
+def test_memo_keeps_incast_completion_times(runs):
+    """Each incast ends within 1 % of stock (the steady-only run's own error is of the same order)."""
+    stock = incast_times(runs["stock"].flows)
+    for name in ("steady", "cold", "warm"):
+        for s, a in zip(stock, incast_times(runs[name].flows), strict=True):
+            assert abs(a - s) / s < 0.01, (name, stock, incast_times(runs[name].flows))
+
+
+def test_same_store_state_gives_identical_results(runs, tmp_path):
+    copy = tmp_path / "copy.whdb"
+    copy.write_bytes(runs["cache"].read_bytes())
+    again = api.run(TINY_MEMO, tmp_path / "again", accel=True, cache=copy)
+    assert (again.out_dir / "flows.csv").read_bytes() == (runs["tmp"] / "warm" / "flows.csv").read_bytes()
+
+
+def test_changed_link_delay_misses_and_changed_ecn_is_another_namespace(runs, tmp_path):
+    copy = tmp_path / "copy.whdb"
+    copy.write_bytes(runs["cache"].read_bytes())
+    delay = api.run(variant(tmp_path, "delay", topology__host_link={"rate": "100Gbps", "delay": "2us"}),
+                    tmp_path / "delay", accel=True, cache=copy).summary["accel"]["memo"]
+    assert delay["records_loaded"] == 1 and delay["records_written"] == 1 and delay["hits"] == 2
+    ecn = api.run(variant(tmp_path, "ecn", transport__ecn_kmin=40, transport__ecn_kmax=40),
+                  tmp_path / "ecn", accel=True, cache=copy).summary["accel"]["memo"]
+    assert ecn["records_loaded"] == 0 and ecn["records_written"] == 1
+
+
+def test_damaged_store_warns_and_keeps_the_good_records(runs, tmp_path):
+    damaged = tmp_path / "damaged.whdb"
+    data = bytearray(runs["cache"].read_bytes())
+    store = MemoStore(damaged)
+    damaged.write_bytes(bytes(data))
+    store.append(store.load().records[0])           # a second copy of the record, then damage the first
+    data = bytearray(damaged.read_bytes())
+    data[40] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    memo = api.run(TINY_MEMO, tmp_path / "run", accel=True, cache=damaged).summary["accel"]["memo"]
+    assert memo["records_loaded"] == 1 and memo["hits"] == 3 and len(memo["warnings"]) == 1
+    assert str(damaged) in memo["warnings"][0]
+    assert main(["cache", "verify", "--cache", str(damaged)]) == 1
+
+
+def test_a_file_that_is_not_a_store_is_a_one_line_error_and_is_left_alone(tmp_path, capsys):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("my notes\n")
+    with pytest.raises(CacheFileError, match="notes.txt"):
+        api.run(TINY_MEMO, tmp_path / "run", accel=True, cache=bad)
+    assert main(["run", str(TINY_MEMO), "--out", str(tmp_path / "cli"), "--accel", "--cache", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "notes.txt" in err and "Traceback" not in err
+    assert bad.read_text() == "my notes\n" and not (tmp_path / "cli").exists()
+
+
+def test_cache_commands(runs, tmp_path, capsys):
+    store = tmp_path / "s.whdb"
+    store.write_bytes(runs["cache"].read_bytes())
+    assert main(["cache", "stats", "--cache", str(store)]) == 0
+    assert "1 records" in capsys.readouterr().out
+    assert main(["cache", "verify", "--cache", str(store)]) == 0
+    assert main(["cache", "export", str(tmp_path / "e.whdb"), "--cache", str(store)]) == 0
+    assert main(["cache", "import", str(tmp_path / "e.whdb"), "--cache", str(tmp_path / "i.whdb")]) == 0
+    assert len(MemoStore(tmp_path / "i.whdb").load().records) == 1
+    assert main(["cache", "clear", "--cache", str(store)]) == 0 and not store.exists()
+    assert main(["cache", "export", "--cache", str(store)]) == 2
+
+
+def test_summary_reports_memo_counters(runs):
+    summary = json.loads((runs["tmp"] / "cold" / "summary.json").read_text())
+    memo = summary["accel"]["memo"]
+    assert summary["mode"] == "accel" and memo["lookups"] == memo["hits"] + memo["misses"]
+    assert memo["lookup_wall_s"] >= 0 and memo["cache"].endswith("memo.whdb")
