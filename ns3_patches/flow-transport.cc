@@ -42,7 +42,76 @@ struct DctcpAlphaMember
     friend type Get(DctcpAlphaMember);
 };
 
+struct TxBufferMember
+{
+    using type = Ptr<TcpTxBuffer> TcpSocketBase::*;
+    friend type Get(TxBufferMember);
+};
+
+struct AppListMember
+{
+    using type = std::list<TcpTxItem*> TcpTxBuffer::*;
+    friend type Get(AppListMember);
+};
+
+struct BufferSizeMember
+{
+    using type = uint32_t TcpTxBuffer::*;
+    friend type Get(BufferSizeMember);
+};
+
+struct ItemPacketMember
+{
+    using type = Ptr<Packet> TcpTxItem::*;
+    friend type Get(ItemPacketMember);
+};
+
 template struct Expose<TcbMember, &TcpSocketBase::m_tcb>;
+template struct Expose<TxBufferMember, &TcpSocketBase::m_txBuffer>;
+template struct Expose<AppListMember, &TcpTxBuffer::m_appList>;
+template struct Expose<BufferSizeMember, &TcpTxBuffer::m_size>;
+template struct Expose<ItemPacketMember, &TcpTxItem::m_packet>;
+
+// Bytes in a TCP send buffer that were never transmitted (its application list).
+uint64_t
+NeverSent(const Ptr<TcpTxBuffer>& buffer)
+{
+    uint64_t n = 0;
+    for (const TcpTxItem* item : (*buffer).*Get(AppListMember()))
+    {
+        n += item->GetSeqSize();
+    }
+    return n;
+}
+
+// Remove up to `bytes` never-transmitted bytes from the tail of a TCP send buffer; returns how
+// many. Payloads are anonymous, so which flow's bytes they were only matters to the accounting.
+uint64_t
+TrimNeverSent(const Ptr<TcpTxBuffer>& buffer, uint64_t bytes)
+{
+    auto& app = (*buffer).*Get(AppListMember());
+    auto& size = (*buffer).*Get(BufferSizeMember());
+    uint64_t trimmed = 0;
+    while (trimmed < bytes && !app.empty())
+    {
+        TcpTxItem* item = app.back();
+        Ptr<Packet>& packet = (*item).*Get(ItemPacketMember());
+        uint32_t length = packet->GetSize();
+        uint32_t take = static_cast<uint32_t>(std::min<uint64_t>(length, bytes - trimmed));
+        if (take == length)
+        {
+            delete item; // TcpTxBuffer owns its items through raw pointers
+            app.pop_back();
+        }
+        else
+        {
+            packet = packet->CreateFragment(0, length - take);
+        }
+        size -= take;
+        trimmed += take;
+    }
+    return trimmed;
+}
 template struct Expose<CongestionOpsMember, &TcpSocketBase::m_congestionControl>;
 template struct Expose<DctcpAlphaMember, &TcpDctcp::m_alpha>;
 } // namespace
@@ -182,26 +251,48 @@ FlowSender::PushIfConnected()
 uint64_t
 FlowSender::Skip(uint32_t flow, uint64_t bytes)
 {
+    uint64_t n = 0;
     auto unsent = std::find_if(m_unsent.begin(), m_unsent.end(), [flow](const auto& e) {
         return e.first == flow;
     });
-    if (unsent == m_unsent.end())
+    if (unsent != m_unsent.end())
+    {
+        n = std::min(bytes, unsent->second);
+        unsent->second -= n;
+        if (unsent->second == 0)
+        {
+            m_unsent.erase(unsent);
+        }
+    }
+    if (n < bytes && IsSoleFlow(flow))
+    {
+        n += TrimNeverSent(GetTxBuffer(), bytes - n);
+    }
+    if (n == 0)
     {
         return 0;
-    }
-    uint64_t n = std::min(bytes, unsent->second);
-    unsent->second -= n;
-    if (unsent->second == 0)
-    {
-        m_unsent.erase(unsent);
     }
     auto pending = std::find_if(m_delivery->pending.begin(),
                                 m_delivery->pending.end(),
                                 [flow](const auto& e) { return e.first == flow; });
-    pending->second -= n; // never below zero: unsent bytes are a part of bytes still to arrive
+    pending->second -= n; // never below zero: untransmitted bytes are a part of bytes still to arrive
     m_skipped += n;
     m_table->OnSkipped(flow, n);
     return n;
+}
+
+bool
+FlowSender::IsSoleFlow(uint32_t flow) const
+{
+    const auto& pending = m_delivery->pending;
+    return pending.size() == 1 && pending.front().first == flow && GetTxBuffer();
+}
+
+Ptr<TcpTxBuffer>
+FlowSender::GetTxBuffer() const
+{
+    auto tcp = DynamicCast<TcpSocketBase>(m_socket);
+    return tcp ? (*tcp).*Get(TxBufferMember()) : nullptr;
 }
 
 uint64_t
@@ -229,16 +320,17 @@ FlowSender::GetSkipped() const
 }
 
 uint64_t
-FlowSender::GetUnsentOf(uint32_t flow) const
+FlowSender::GetUntransmittedOf(uint32_t flow) const
 {
+    uint64_t n = IsSoleFlow(flow) ? NeverSent(GetTxBuffer()) : 0;
     for (const auto& e : m_unsent)
     {
         if (e.first == flow)
         {
-            return e.second;
+            n += e.second;
         }
     }
-    return 0;
+    return n;
 }
 
 bool

@@ -21,6 +21,11 @@
 #include <memory>
 #include <vector>
 
+namespace ns3
+{
+class TcpTxBuffer;
+}
+
 namespace wormhole
 {
 
@@ -80,13 +85,14 @@ class FlowSender : public ns3::Application
     /// budget can be read and skipped at once); its bytes go into the socket in an event at this
     /// time, in the sender node's context.
     void Enqueue(uint32_t flow, uint64_t bytes);
-    /// Remove up to `bytes` not yet written of `flow`; returns the bytes removed.
+    /// Remove up to `bytes` of `flow` never transmitted (not yet written into the socket, or, when
+    /// it is the connection's only flow, still in the socket's send buffer); returns bytes removed.
     uint64_t Skip(uint32_t flow, uint64_t bytes);
 
     uint64_t GetSent() const;    //!< bytes written into the socket
     uint64_t GetAcked() const;   //!< bytes acknowledged by the receiver
     uint64_t GetSkipped() const; //!< bytes removed by Skip
-    uint64_t GetUnsentOf(uint32_t flow) const; //!< bytes of a flow queued, not yet written
+    uint64_t GetUntransmittedOf(uint32_t flow) const; //!< bytes Skip could remove now
     bool IsConnected() const;
     /// The socket's congestion state into out: {cwnd, ssthresh (bytes), DCTCP alpha or -1}; returns 3.
     uint32_t GetCongestionState(double* out, uint32_t cap) const;
@@ -101,6 +107,8 @@ class FlowSender : public ns3::Application
     void SpaceAvailable(ns3::Ptr<ns3::Socket> socket, uint32_t available);
     void PushIfConnected();
     void Push();
+    bool IsSoleFlow(uint32_t flow) const; //!< the only flow with bytes still to arrive
+    ns3::Ptr<ns3::TcpTxBuffer> GetTxBuffer() const;
 
     FlowTable* m_table = nullptr;
     std::shared_ptr<DeliveryQueue> m_delivery;

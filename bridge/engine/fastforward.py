@@ -1,18 +1,25 @@
-"""Steady-state fast-forward (the first half of Wormhole) over port-level partitions.
+"""Steady-state fast-forward (the first half of Wormhole) over port-level partitions, with
+memoized transients (the second half, bridge.engine.memo) applied when partitions form.
 
 Every `tau` the rate probe samples each flow's delivered bytes. A partition whose flows all kept a
 steady rate over the last `window` samples ((max - min) / mean < theta; or over `window` blocks of
 `coarse` samples, for noisy but stationary flows) is frozen: the partition-tag
 simulator holds its pending events aside while the rest of the network's clock runs on. It thaws
-at the planned time (before any of its flows gets within `margin` unsent bytes of its end), or
-earlier when something touches it (a flow starting on its ports, an event scheduled into it: a
-skip-back). At thaw its events come back shifted by the frozen time and each flow's unsent budget
-shrinks by rate x frozen time: those bytes are skipped, never simulated. The end of every flow
-is simulated packet by packet, so FCTs come out of ns-3 itself.
+at the planned time (before any of its flows gets within `margin` untransmitted bytes of its end),
+or earlier when something touches it (a flow starting on its ports, an event scheduled into it: a
+skip-back). At thaw its events come back shifted by the frozen time and each flow's untransmitted
+bytes (its queue in the sender application, and the socket's send buffer when it is the
+connection's only flow) shrink by rate x frozen time: those bytes are skipped, never simulated.
+The end of every flow is simulated packet by packet, so FCTs come out of ns-3 itself.
+
+When a partition forms and the memo holds an isomorphic one, the partition is frozen at once for
+the stored transient plus the steady time after it; at thaw each flow skips its transient bytes
+and the steady bytes after them, and gets the stored congestion state (cwnd, ssthresh, DCTCP alpha).
 
 Known inexactness: TCP state holding absolute times sees the jump; RTT samples of segments in
 flight at the freeze come out dT long and inflate the RTO for about 0.5 ms after a thaw. Without
 loss (DCTCP with ECN) this changes no delivery; with loss right after a thaw, recovery waits longer.
+A memo hit restores congestion state but not queue occupancy: the queues refill after the thaw.
 """
 
 from __future__ import annotations
@@ -230,7 +237,7 @@ class FastForward:
             return
         if st.forming is not None:
             self._record(st, rates, now)
-        horizon = min(int((self._unsent(flow) - spec.margin) / rate) for flow, rate in rates.items())
+        horizon = min(int((self._untransmitted(flow) - spec.margin) / rate) for flow, rate in rates.items())
         if horizon >= spec.min_freeze:
             self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=now + horizon, rates=rates), now)
 
@@ -291,7 +298,7 @@ class FastForward:
             st.forming = Forming(graph, now, {f: int(table.GetDelivered(f)) for f in flows})
             return
         spec = self.spec
-        steady = [(self._unsent(f) - hit.bytes[f] - spec.margin) / hit.rates[f] if hit.rates[f] > 0 else -1
+        steady = [(self._untransmitted(f) - hit.bytes[f] - spec.margin) / hit.rates[f] if hit.rates[f] > 0 else -1
                   for f in flows]
         if min(steady) < 0:
             self.memo.stats.not_applied += 1     # flows too short for the stored transient
@@ -328,8 +335,8 @@ class FastForward:
             state["alpha"] = float(self._cc_buf[2])
         return state
 
-    def _unsent(self, flow: int) -> int:
-        return int(self.net.flows.GetSender(self.conn_of[flow]).GetUnsentOf(flow))
+    def _untransmitted(self, flow: int) -> int:
+        return int(self.net.flows.GetSender(self.conn_of[flow]).GetUntransmittedOf(flow))
 
     def _thaw_interrupted(self, now: int) -> None:
         """Events were scheduled into frozen partitions: thaw them now (skip-back)."""
