@@ -157,6 +157,8 @@ class Executor:
             now = self.net.now_ns()
             while self.ready and self.ready[0][0] <= now:
                 self._start(heapq.heappop(self.ready)[1], now)
+            if self.ff is not None:
+                self.ff.prepare(now)
             next_ns = min(self.ready[0][0] if self.ready else NEVER,
                           self.computing[0][0] if self.computing else NEVER,
                           self.ff.next_wakeup_ns() if self.ff is not None else NEVER,

@@ -131,6 +131,8 @@ class FastForward:
         self._cc_buf = np.zeros(3, dtype=np.float64)
         self.first_port: dict[int, int] = {}             # per connection: its source host's port
         self.thawed: dict[int, tuple[float, int]] = {}   # flow -> (its rate while frozen, thaw time)
+        self.formed: set[int] = set()                    # partitions formed since the last prepare()
+        self.started_ns: dict[int, int] = {}             # flow -> when it started
 
     # -- flow life cycle (called by the executor) -------------------------------------------
 
@@ -155,7 +157,8 @@ class FastForward:
         self.state[part.id] = PartitionState(since_ns=now)
         self.conn_of[flow] = conn
         self.conn_flows.setdefault(conn, []).append(flow)
-        self._formed(part, now, new_flow=flow)
+        self.started_ns[flow] = now
+        self.formed.add(part.id)
         self.stats.control_s += time.perf_counter() - t0
 
     def flow_finished(self, flow: int, now: int) -> None:
@@ -166,12 +169,27 @@ class FastForward:
         parts = self.parts.remove_flow(flow)
         self.conn_flows[self.conn_of.pop(flow)].remove(flow)
         self.thawed.pop(flow, None)
+        del self.started_ns[flow]
         for part in parts:
             self.state[part.id] = PartitionState(since_ns=now)
-            self._formed(part, now)
+            self.formed.add(part.id)
         self.stats.control_s += time.perf_counter() - t0
 
     # -- decisions ---------------------------------------------------------------------------
+
+    def prepare(self, now: int) -> None:
+        """Before ns-3 runs on: memo lookups for the partitions formed since the last run slice. Not
+        at each flow start or end: a completion releases its dependents at the same ns, and a
+        partition frozen on a hit would thaw again at once."""
+        if not self.formed:
+            return
+        t0 = time.perf_counter()
+        formed, self.formed = sorted(self.formed), set()
+        if self.memo is not None:
+            for pid in formed:
+                if pid in self.state:
+                    self._apply_or_watch(self.parts.by_id[pid], now)
+        self.stats.control_s += time.perf_counter() - t0
 
     def next_wakeup_ns(self) -> int:
         planned = min((s.frozen.until_ns for s in self.state.values() if s.frozen), default=NEVER)
@@ -275,10 +293,8 @@ class FastForward:
 
     # -- memoization -------------------------------------------------------------------------
 
-    def _formed(self, part: Partition, now: int, new_flow: int | None = None) -> None:
+    def _apply_or_watch(self, part: Partition, now: int) -> None:
         """A partition formed: apply a memoized transient, or watch it to record one."""
-        if self.memo is None:
-            return
         flows = sorted(part.flows)
         if any(self.conn_flows[self.conn_of[f]][0] != f for f in flows):
             return        # a flow queued behind another on its connection: its start is not a transient
@@ -287,7 +303,7 @@ class FastForward:
         labels = {}
         for f in flows:
             conn = self.conn_of[f]
-            rate = 0.0 if f == new_flow else self._recent_rate(f, now)
+            rate = self._recent_rate(f, now)
             q = rate_bin(rate, self.port_rates[self.first_port[conn]], self.spec.memo_bins)
             labels[f] = f"{q}|{self.path_labels[conn]}"
         graph = conflict_graph(flows, {f: self.paths[self.conn_of[f]] for f in flows}, labels)
@@ -315,9 +331,14 @@ class FastForward:
         self.memo.record(forming.graph, now - forming.formed_ns, delivered, rates, states)
 
     def _recent_rate(self, flow: int, now: int) -> float:
-        """Bytes per ns `flow` delivered over the last `coarse` samples (its frozen rate if it just thawed)."""
+        """Bytes per ns `flow` delivered over the last `coarse` samples; its frozen rate if it just
+        thawed; 0 if it started within that time (a young flow is still in its own transient, and its
+        rate over a window it was not running in would differ from one recurrence to the next)."""
+        recent = self.spec.coarse * self.spec.tau
+        if now - self.started_ns[flow] < recent:
+            return 0.0
         rate, thawed_ns = self.thawed.get(flow, (0.0, -1))
-        if thawed_ns >= 0 and now - thawed_ns < self.spec.coarse * self.spec.tau:
+        if thawed_ns >= 0 and now - thawed_ns < recent:
             return rate
         n = int(self.probe.Read(self.times, self.delivered, self.queues, self.capacity))
         back = min(n, self.spec.coarse)

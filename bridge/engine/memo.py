@@ -110,6 +110,7 @@ class MemoStats:
     misses: int = 0
     not_applied: int = 0                      # hits whose flows were too short for the transient
     records_written: int = 0
+    records_duplicate: int = 0                # not written: an isomorphic record exists
     records_loaded: int = 0
     lookup_s: float = 0.0
     problems: list[str] = field(default_factory=list)
@@ -146,24 +147,30 @@ class Memo:
         """The record whose start graph is isomorphic to `cg` (the smallest record id wins), mapped."""
         t0 = time.perf_counter()
         self.stats.lookups += 1
-        found = None
+        match = self._match(cg)
+        if match is None:
+            self.stats.misses += 1
+        else:
+            self.stats.hits += 1
+        self.stats.lookup_s += time.perf_counter() - t0
+        return _mapped(match[0].record, cg, match[1]) if match is not None else None
+
+    def _match(self, cg: ConflictGraph) -> tuple[_Entry, dict[int, int]] | None:
         for entry in self.index.get(cg.key, ()):
             if entry.graph is None:
                 entry.graph = _stored_graph(entry.record)
             matcher = GraphMatcher(cg.graph, entry.graph, node_match=_same_label, edge_match=_same_weight)
             if matcher.is_isomorphic():
-                found = _mapped(entry.record, cg, matcher.mapping)
-                break
-        if found is None:
-            self.stats.misses += 1
-        else:
-            self.stats.hits += 1
-        self.stats.lookup_s += time.perf_counter() - t0
-        return found
+                return entry, matcher.mapping
+        return None
 
     def record(self, cg: ConflictGraph, transient_ns: int, transient_bytes: dict[int, int],
                rates: dict[int, float], states: dict[int, dict[str, float]]) -> None:
-        """Keep what the partition of `cg` did until it turned steady (in memory and in the store)."""
+        """Keep what the partition of `cg` did until it turned steady (in memory and in the store),
+        unless an isomorphic partition was recorded meanwhile (several can form at once)."""
+        if self._match(cg) is not None:
+            self.stats.records_duplicate += 1
+            return
         record = MemoRecord(schema_version=SCHEMA_VERSION, fingerprint=self.fingerprint, graph_hash=cg.key,
                             transient_ns=transient_ns, producer=self.producer)
         for v, flow in enumerate(cg.flows):

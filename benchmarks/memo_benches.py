@@ -1,0 +1,115 @@
+"""Memoization on the bench scenarios: stock, steady-only, memo with a cold store, memo warm.
+
+    python benchmarks/memo_benches.py --out out/memo [names ...]
+    python benchmarks/memo_benches.py --out out/memo --scaling gpt-bench
+
+For each scenario, one after the other in this invocation (ratios of runs made under the same
+conditions): a stock run; the accelerated run without memo (`--no-memo`, the paper's steady-only
+ablation); the accelerated run with memo on an empty store OUT/<name>/memo.whdb (cold); the same
+again on the store the cold run filled (warm). Prints the README's memo table: loop seconds,
+speedups over stock, the extra speedup of memo over steady-only, warm over cold, FCT error
+mean / p99 and iteration error against stock, and memo hits / lookups. Writes OUT/results.json.
+
+--scaling runs the accelerated engine (cold store each) on 1 and on 3 training iterations of each
+scenario: with memo, later iterations reuse the first one's transients, so the cost grows
+sub-linearly (3 iterations should cost less than 1.5x one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bridge import api  # noqa: E402
+from bridge.ns3.patches import build_library  # noqa: E402
+from bridge.report.validation import compare  # noqa: E402
+
+BENCHES = ["gpt-bench", "moe-bench"]
+MODES = {"steady": {"memo": False}, "cold": {}, "warm": {}}
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.2f} %"
+
+
+def bench(name: str, out: Path, scenario: Path | None = None) -> dict:
+    scenario = scenario or ROOT / "scenarios" / f"{name}.yaml"
+    out.mkdir(parents=True, exist_ok=True)
+    cache = out / "memo.whdb"
+    cache.unlink(missing_ok=True)
+    stock = api.run(scenario, out / "stock")
+    row = {"scenario": name, "stock_loop_s": stock.summary["wall_s"]["loop"]}
+    for mode, options in MODES.items():
+        run = api.run(scenario, out / mode, accel=True, cache=cache, **options)
+        c = compare(stock, run)
+        memo = run.summary["accel"]["memo"] or {}
+        row[mode] = {"loop_s": run.summary["wall_s"]["loop"], "speedup_loop": c["speedup_loop"],
+                     "fct_error": c["fct_error"], "iteration_error_max": c["iteration_error_max"],
+                     "skipped_fraction": c["skipped_fraction"], "hits": memo.get("hits"),
+                     "lookups": memo.get("lookups"), "records_written": memo.get("records_written")}
+    row["memo_over_steady"] = row["steady"]["loop_s"] / row["cold"]["loop_s"]
+    row["warm_over_cold"] = row["cold"]["loop_s"] / row["warm"]["loop_s"]
+    return row
+
+
+def scaling(name: str, out: Path) -> dict:
+    data = yaml.safe_load((ROOT / "scenarios" / f"{name}.yaml").read_text())
+    loops = {}
+    for iterations in (1, 3):
+        data["training"]["iterations"] = iterations
+        scenario = out / f"{name}-{iterations}it.yaml"
+        scenario.parent.mkdir(parents=True, exist_ok=True)
+        scenario.write_text(yaml.safe_dump(data))
+        cache = out / f"{name}-{iterations}it.whdb"
+        cache.unlink(missing_ok=True)
+        run = api.run(scenario, out / f"{name}-{iterations}it", accel=True, cache=cache)
+        loops[iterations] = run.summary["wall_s"]["loop"]
+    return {"scenario": name, "loop_s_1_iteration": loops[1], "loop_s_3_iterations": loops[3],
+            "ratio": loops[3] / loops[1]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", default=BENCHES)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--scaling", action="store_true", help="1 vs 3 iterations, accelerated only")
+    args = parser.parse_args()
+    build_library()  # a changed patch compiles here, not inside the first timed run
+    if args.scaling:
+        print("| scenario | accel loop s, 1 iteration | accel loop s, 3 iterations | ratio |")
+        print("|---|---|---|---|")
+        rows = [scaling(name, args.out) for name in args.names]
+        for r in rows:
+            print(f"| {r['scenario']} | {r['loop_s_1_iteration']:.1f} | {r['loop_s_3_iterations']:.1f} | "
+                  f"{r['ratio']:.2f}x |")
+        (args.out / "scaling.json").write_text(json.dumps(rows, indent=2) + "
+")
+        return
+    rows = []
+    print("| scenario | stock loop s | steady-only loop s (x) | memo cold loop s (x) | memo warm loop s (x) | "
+          "memo / steady-only | warm / cold | FCT error mean / p99 (cold; warm) | iteration error (cold; warm) | "
+          "hits / lookups (cold) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.names:
+        r = bench(name, args.out / name)
+        rows.append(r)
+        s, c, w = r["steady"], r["cold"], r["warm"]
+        print(f"| {name} | {r['stock_loop_s']:.1f} | {s['loop_s']:.1f} ({s['speedup_loop']:.2f}x) | "
+              f"{c['loop_s']:.1f} ({c['speedup_loop']:.2f}x) | {w['loop_s']:.1f} ({w['speedup_loop']:.2f}x) | "
+              f"{r['memo_over_steady']:.2f}x | {r['warm_over_cold']:.2f}x | "
+              f"{_pct(c['fct_error']['mean'])} / {_pct(c['fct_error']['p99'])}; "
+              f"{_pct(w['fct_error']['mean'])} / {_pct(w['fct_error']['p99'])} | "
+              f"{_pct(c['iteration_error_max'])}; {_pct(w['iteration_error_max'])} | "
+              f"{c['hits']} / {c['lookups']} |", flush=True)
+    (args.out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
