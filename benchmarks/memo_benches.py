@@ -89,8 +89,7 @@ def main() -> None:
         for r in rows:
             print(f"| {r['scenario']} | {r['loop_s_1_iteration']:.1f} | {r['loop_s_3_iterations']:.1f} | "
                   f"{r['ratio']:.2f}x |")
-        (args.out / "scaling.json").write_text(json.dumps(rows, indent=2) + "
-")
+        (args.out / "scaling.json").write_text(json.dumps(rows, indent=2) + "\n")
         return
     rows = []
     print("| scenario | stock loop s | steady-only loop s (x) | memo cold loop s (x) | memo warm loop s (x) | "

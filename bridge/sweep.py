@@ -8,8 +8,10 @@
       transport.kind: [dctcp, cubic]
       flows.0.size: [1MB, 4MB]                 # a number indexes a list
 
-Modes: `stock` is ns-3 packet by packet, `accel` the Wormhole engine, `no-ff` the engine without
-fast-forward (its overhead alone). A file path in the sweep is relative to the sweep file.
+Modes: `stock` is ns-3 packet by packet, `accel` the Wormhole engine, `no-memo` the engine without
+memoization (steady fast-forward only), `no-ff` the engine without fast-forward (its overhead
+alone). An accelerated run starts from its own empty memo store (DIR/points/<id>/<mode>.memo.whdb),
+so its results do not depend on which runs finished before it. A file path in the sweep is relative to the sweep file.
 Each point (a base with one value per axis) is written to DIR/points/<id>/scenario.yaml and run
 once per mode into DIR/points/<id>/<mode>/, a few runs at a time in worker processes. A run whose
 summary.json exists for the same scenario fingerprint is not run again, so an interrupted sweep
@@ -41,6 +43,7 @@ from .scenario.load import _StrictLoader  # the scenario loader's YAML rules: du
 
 MODES = {"stock": {"accel": False, "fast_forward": True},
          "accel": {"accel": True, "fast_forward": True},
+         "no-memo": {"accel": True, "fast_forward": True, "memo": False},
          "no-ff": {"accel": True, "fast_forward": False}}
 SWEEP_KEYS = ("name", "base", "modes", "axes")
 MAX_POINTS = 10_000  # a typo in an axis should not queue a month of simulation
@@ -189,8 +192,12 @@ def _run_one(task: tuple[str, str, str]) -> tuple[tuple[str, str, str], str | No
     from . import api
 
     scenario_file, out_dir, mode = task
+    options = dict(MODES[mode])
+    if options["accel"] and options["fast_forward"] and options.get("memo", True):
+        options["cache"] = Path(out_dir).with_suffix(".memo.whdb")
+        options["cache"].unlink(missing_ok=True)
     try:
-        api.run(scenario_file, out_dir, **MODES[mode])
+        api.run(scenario_file, out_dir, **options)
     except WormholeError as exc:  # as text: ScenarioError's signature does not survive pickling
         return task, str(exc)
     return task, None

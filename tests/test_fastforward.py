@@ -81,6 +81,19 @@ def test_a_flow_starting_on_a_frozen_partition_thaws_it_early(tmp_path):
     assert fct_errors(stock.flows, accel.flows)[0] < 0.02
 
 
+def test_skip_reaches_into_the_socket_send_buffer(tmp_path):
+    """A connection's only flow loses its never-transmitted bytes in the TCP send buffer too. In a
+    2-to-1 incast (ECN keeps each cwnd near 70 KB) what remains after the thaw is the 64 KB margin
+    and what is in flight, about 20 us at 50 Gbps each, not the 512 KB send buffer (over 90 us)."""
+    path = scenario(tmp_path, [{"src": 4, "dst": 0, "size": "8MB", "start": "0us"},
+                               {"src": 5, "dst": 0, "size": "8MB", "start": "0us"}])
+    api.run(path, tmp_path / "accel", accel=True, memo=False)
+    timeline = pd.read_csv(tmp_path / "accel" / "partitions.csv")
+    assert list(timeline["mode"]) == ["simulate", "frozen", "simulate", "simulate"]
+    tail = timeline.iloc[2]          # both flows after the thaw, until the first one ends
+    assert tail.end_ns - tail.start_ns < 50_000
+
+
 def test_bad_accel_option_is_one_line(tmp_path):
     path = scenario(tmp_path, [{"src": 0, "dst": 5, "size": "1MB"}])
     with pytest.raises(ScenarioError, match="--theta"):

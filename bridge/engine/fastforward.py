@@ -121,7 +121,8 @@ class FastForward:
         self.state: dict[int, PartitionState] = {}
         self.conn_of: dict[int, int] = {}
         self.conn_flows: dict[int, list[int]] = {}        # active flows per connection, FIFO
-        self.paths: dict[int, frozenset[int]] = {}
+        self.paths: dict[int, frozenset[int]] = {}           # per connection: ports of its partition tags
+        self.links: dict[int, frozenset[int]] = {}           # per connection: links its packets cross
         self.path_labels: dict[int, str] = {}             # per connection: its ports' labels in order
         self.next_check_ns = spec.tau * (spec.window + 1)
         self.stats = FastForwardStats()
@@ -142,7 +143,11 @@ class FastForward:
         if path is None:
             n = int(self.net.flows.GetConnectionPath(conn, self._path_buf, len(self._path_buf)))
             ordered = self._path_buf[:n].tolist()
-            path = self.paths[conn] = frozenset(ordered)
+            # A packet's arrival is an event tagged with the receiving side's port (the reverse
+            # port of its link), so a partition holds both ports of every link its flows cross:
+            # data and ACKs of a connection may take different spines.
+            path = self.paths[conn] = frozenset(ordered) | frozenset(p ^ 1 for p in ordered)
+            self.links[conn] = frozenset(p // 2 for p in ordered)
             if self.memo is not None:
                 self.path_labels[conn] = ",".join(self.port_labels[p] for p in ordered)
                 self.first_port[conn] = ordered[0]
@@ -306,7 +311,7 @@ class FastForward:
             rate = self._recent_rate(f, now)
             q = rate_bin(rate, self.port_rates[self.first_port[conn]], self.spec.memo_bins)
             labels[f] = f"{q}|{self.path_labels[conn]}"
-        graph = conflict_graph(flows, {f: self.paths[self.conn_of[f]] for f in flows}, labels)
+        graph = conflict_graph(flows, {f: self.links[self.conn_of[f]] for f in flows}, labels)
         st = self.state[part.id]
         hit = self.memo.lookup(graph)
         if hit is None:

@@ -3,7 +3,7 @@
 When a partition forms (a flow starts and merges partitions, or a flow ends and splits one), its
 flow conflict graph is built: a vertex per flow, labelled by the flow's rate at that moment
 (quantized relative to its first link's rate) and by the rates and delays of the ports on its data
-and ACK paths; an edge between flows that share ports, weighted by how many. A canonical hash of
+and ACK paths; an edge between flows that share links, weighted by how many. A canonical hash of
 the labelled graph finds candidate records, weighted isomorphism (networkx VF2) confirms one and
 maps its stored flows onto the current flows.
 
@@ -72,15 +72,15 @@ class ConflictGraph:
     key: str                                  # canonical hash: equal for isomorphic graphs
 
 
-def conflict_graph(flows: list[int], ports: dict[int, frozenset[int]], labels: dict[int, str]) -> ConflictGraph:
-    """Build the conflict graph of `flows` (sorted) from their ports and vertex labels."""
+def conflict_graph(flows: list[int], links: dict[int, frozenset[int]], labels: dict[int, str]) -> ConflictGraph:
+    """Build the conflict graph of `flows` (sorted) from the links they cross and vertex labels."""
     flows = sorted(flows)
     graph = nx.Graph()
     users: dict[int, list[int]] = {}
     for v, flow in enumerate(flows):
         graph.add_node(v, label=labels[flow])
-        for p in ports[flow]:
-            users.setdefault(p, []).append(v)
+        for link in links[flow]:
+            users.setdefault(link, []).append(v)
     shared: dict[tuple[int, int], int] = {}
     for vs in users.values():
         for i, a in enumerate(vs):

@@ -1,10 +1,11 @@
 """Port-level network partitions: connected components of the active flows' port graph.
 
 Two flows are in one partition when they share a port (one direction of a link, with its queue),
-counting both the data path and the ACK path. Then every event of the simulation belongs to
-exactly one partition through its tag (the ports it touches, and the node tags of its hosts: a
-host has one link, so its node tag can only belong to the partition using that link), which is
-what makes freezing a partition exact. Kept incrementally: a starting flow merges the partitions
+counting both the data path and the ACK path, and for every port a packet leaves by, the port it
+arrives at (the other side of the link: the arrival event carries that port's tag). Then every
+event of the simulation belongs to exactly one partition through its tag (the ports it touches,
+and the node tags of its hosts: a host has one link, so its node tag can only belong to the
+partition using that link), which is what makes freezing a partition exact. Kept incrementally: a starting flow merges the partitions
 it touches, a finishing flow splits its partition into the components that remain.
 """
 
