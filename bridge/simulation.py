@@ -19,7 +19,7 @@ from .engine.executor import Executor
 from .engine.fastforward import FastForward
 from cache_store import CacheError
 
-from .engine.memo import Memo, fingerprint, open_store
+from .engine.memo import RECORD_MODEL, Memo, fingerprint, open_store
 from .errors import CacheFileError
 from .ns3.loader import load, ns3_version
 from .ns3.network import build_network, configure_transport, segment_size, use_tag_simulator
@@ -79,8 +79,11 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
     ff = None
     if options.accel:
         memo = open_memo(scenario, options.cache) if options.memo and options.fast_forward else None
+        rates = [rate / 8e9 for rate in port_rates_bps(topology)]              # bytes per ns
+        delays = [link.delay_ns + scenario.transport.mtu / rate
+                  for link, rate in zip((l for l in topology.links for _ in range(2)), rates)]
         ff = FastForward(net, len(workload.flows), scenario.accel, options.fast_forward, memo,
-                         port_labels(topology), [rate / 8e9 for rate in port_rates_bps(topology)])
+                         port_labels(topology), rates, delays)
     build_s = time.perf_counter() - t_build
     stop = options.stop_time_ns or scenario.stop_time or DEFAULT_STOP_TIME_NS
     run = Executor(workload, net, stop, progress, fast_forward=ff).run()
@@ -148,7 +151,7 @@ def open_memo(scenario: Scenario, path: str | Path | None = None) -> Memo:
     """The memo records of this scenario's configuration in the store at `path` (or the default)."""
     settings = {"transport": scenario.transport.model_dump(mode="json"),
                 "accel": scenario.accel.model_dump(mode="json"),
-                "versions": {"wormhole": __version__, "ns3": ns3_version()}}
+                "versions": {"wormhole": __version__, "ns3": ns3_version(), "record_model": RECORD_MODEL}}
     try:
         return Memo(open_store(path), fingerprint(settings), f"wormhole-sim {__version__} / ns-3 {ns3_version()}",
                     warn=lambda message: print(f"warning: {message}", file=sys.stderr))

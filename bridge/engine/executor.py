@@ -35,6 +35,7 @@ class Execution:
     sim_time_ns: int
     events: int
     loop_s: float
+    bytes_skipped: np.ndarray           # per task: bytes fast-forward skipped (0 for compute, stock)
     unfinished: list[int] = field(default_factory=list)
     stop_reason: str = "done"
 
@@ -186,11 +187,15 @@ class Executor:
             self.ff.finish(self.net.now_ns())
         if self.progress is not None:
             self.progress(self.net.now_ns(), self.flows_done, self.n_flows)
+        table = self.net.flows.GetTable()
+        skipped = np.zeros(self.n, dtype=np.int64)
+        for task, idx in self.flow_index.items():
+            skipped[task] = int(table.GetSkipped(idx))
         finished = self.end_ns[self.end_ns >= 0]
         sim_time = int(finished.max()) if finished.size else self.net.now_ns()
         return Execution(
             start_ns=self.start_ns, end_ns=self.end_ns, flow_index=self.flow_index,
             connection_of=self.connection_of, own_connection=self.own_connection,
             workload_start_ns=workload_start, sim_time_ns=sim_time, events=self.net.events(),
-            loop_s=time.perf_counter() - t0,
+            loop_s=time.perf_counter() - t0, bytes_skipped=skipped,
             unfinished=[int(i) for i in np.flatnonzero(self.end_ns < 0)], stop_reason=stop_reason)

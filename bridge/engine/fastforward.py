@@ -60,7 +60,7 @@ class Forming:
 
     graph: ConflictGraph
     formed_ns: int
-    delivered: dict[int, int]     # flow index -> bytes delivered when the partition formed
+    owed: dict[int, float]        # flow index -> bytes delivered or on the wire when the partition formed
 
 
 @dataclass
@@ -96,13 +96,14 @@ class FastForward:
 
     def __init__(self, net: Ns3Network, n_flows: int, spec, enabled: bool = True,
                  memo: Memo | None = None, port_labels: list[str] | None = None,
-                 port_rates: list[float] | None = None):
+                 port_rates: list[float] | None = None, port_delays: list[float] | None = None):
         self.net = net
         self.spec = spec
         self.enabled = enabled
         self.memo = memo if enabled else None
         self.port_labels = port_labels       # per port: its link's rate and delay (memo vertex labels)
         self.port_rates = port_rates         # per port: bytes per ns
+        self.port_delays = port_delays       # per port: propagation + one MTU's serialization, ns
         wh = net.h.wh
         self.sim = wh.TagSimulatorImpl.Get()
         if not self.sim:
@@ -124,6 +125,7 @@ class FastForward:
         self.paths: dict[int, frozenset[int]] = {}           # per connection: ports of its partition tags
         self.links: dict[int, frozenset[int]] = {}           # per connection: links its packets cross
         self.path_labels: dict[int, str] = {}             # per connection: its ports' labels in order
+        self.one_way_ns: dict[int, float] = {}            # per connection: data path delay, MTU serialization
         self.next_check_ns = spec.tau * (spec.window + 1)
         self.stats = FastForwardStats()
         self._path_buf = np.zeros(256, dtype=np.uint32)
@@ -133,6 +135,7 @@ class FastForward:
         self.first_port: dict[int, int] = {}             # per connection: its source host's port
         self.thawed: dict[int, tuple[float, int]] = {}   # flow -> (its rate while frozen, thaw time)
         self.formed: set[int] = set()                    # partitions formed since the last prepare()
+        self.n_read = 0                                  # samples in times/delivered at the last read
         self.started_ns: dict[int, int] = {}             # flow -> when it started
 
     # -- flow life cycle (called by the executor) -------------------------------------------
@@ -150,6 +153,8 @@ class FastForward:
             self.links[conn] = frozenset(p // 2 for p in ordered)
             if self.memo is not None:
                 self.path_labels[conn] = ",".join(self.port_labels[p] for p in ordered)
+                data = ordered[:len(ordered) // 2]        # the data path, then the ACK path (same hops)
+                self.one_way_ns[conn] = sum(self.port_delays[p] for p in data)
                 self.first_port[conn] = ordered[0]
         touched = self.parts.touching(path)
         for pid in touched:
@@ -227,7 +232,7 @@ class FastForward:
 
     def _check(self, now: int) -> None:
         self.stats.checks += 1
-        n = int(self.probe.Read(self.times, self.delivered, self.queues, self.capacity))
+        n = self.n_read = int(self.probe.Read(self.times, self.delivered, self.queues, self.capacity))
         for pid, st in self.state.items():
             if st.frozen:
                 continue
@@ -284,7 +289,9 @@ class FastForward:
             skipped = int(self.net.flows.SkipFlow(flow, conn, frozen.skipped_bytes(flow, shift)))
             self.stats.bytes_skipped += skipped
             self.thawed[flow] = (rate, now)
-            if frozen.memo is not None and frozen.memo.states.get(flow):
+            # The stored congestion state is where the transient ends: an interrupted transient
+            # keeps the state it had (the flow resumes its own ramp with the bytes it was credited).
+            if frozen.memo is not None and shift >= frozen.memo.transient_ns and frozen.memo.states.get(flow):
                 state = frozen.memo.states[flow]
                 self.net.flows.GetSender(conn).SetCongestionState(
                     state.get("cwnd", 0.0), state.get("ssthresh", 0.0), state.get("alpha", -1.0))
@@ -305,18 +312,17 @@ class FastForward:
             return        # a flow queued behind another on its connection: its start is not a transient
         if not all(self.net.flows.GetSender(self.conn_of[f]).IsConnected() for f in flows):
             return        # a handshake is part of the transient, and no congestion state exists yet
-        labels = {}
+        labels, rates = {}, {}
         for f in flows:
             conn = self.conn_of[f]
-            rate = self._recent_rate(f, now)
-            q = rate_bin(rate, self.port_rates[self.first_port[conn]], self.spec.memo_bins)
+            rates[f] = self._recent_rate(f, now)
+            q = rate_bin(rates[f], self.port_rates[self.first_port[conn]], self.spec.memo_bins)
             labels[f] = f"{q}|{self.path_labels[conn]}"
         graph = conflict_graph(flows, {f: self.links[self.conn_of[f]] for f in flows}, labels)
         st = self.state[part.id]
         hit = self.memo.lookup(graph)
         if hit is None:
-            table = self.net.flows.GetTable()
-            st.forming = Forming(graph, now, {f: int(table.GetDelivered(f)) for f in flows})
+            st.forming = Forming(graph, now, {f: self._owed(f, rates[f]) for f in flows})
             return
         spec = self.spec
         steady = [(self._untransmitted(f) - hit.bytes[f] - spec.margin) / hit.rates[f] if hit.rates[f] > 0 else -1
@@ -329,23 +335,28 @@ class FastForward:
 
     def _record(self, st: PartitionState, rates: dict[int, float], now: int) -> None:
         forming, st.forming = st.forming, None
-        table = self.net.flows.GetTable()
         flows = forming.graph.flows
-        delivered = {f: int(table.GetDelivered(f)) - forming.delivered[f] for f in flows}
+        # A hit restarts its flows with empty pipes: skipping only the bytes delivered would make
+        # each flow late by its one-way delay, skipping all bytes in flight (queued ones too) early
+        # by its queueing delay. The bytes on the wire (rate x one-way delay) are what the thawed
+        # flow would otherwise owe.
+        owed = {f: int(self._owed(f, rates[f]) - forming.owed[f]) for f in flows}
         states = {f: self._congestion_state(f) for f in flows}
-        self.memo.record(forming.graph, now - forming.formed_ns, delivered, rates, states)
+        self.memo.record(forming.graph, now - forming.formed_ns, owed, rates, states)
 
     def _recent_rate(self, flow: int, now: int) -> float:
-        """Bytes per ns `flow` delivered over the last `coarse` samples; its frozen rate if it just
-        thawed; 0 if it started within that time (a young flow is still in its own transient, and its
-        rate over a window it was not running in would differ from one recurrence to the next)."""
+        """Bytes per ns `flow` delivered since the sample `coarse` before the last one read by the
+        steady test (at most `window / 2` samples old: the probe is not read again here); its frozen
+        rate if it just thawed; 0 if it started within `coarse` samples (a young flow is still in its
+        own transient, and its rate over a window it was not running in would differ from one
+        recurrence to the next)."""
+        n = self.n_read
         recent = self.spec.coarse * self.spec.tau
         if now - self.started_ns[flow] < recent:
             return 0.0
         rate, thawed_ns = self.thawed.get(flow, (0.0, -1))
         if thawed_ns >= 0 and now - thawed_ns < recent:
             return rate
-        n = int(self.probe.Read(self.times, self.delivered, self.queues, self.capacity))
         back = min(n, self.spec.coarse)
         if back == 0 or now <= self.times[n - back]:
             return 0.0
@@ -360,6 +371,10 @@ class FastForward:
         if self._cc_buf[2] >= 0:
             state["alpha"] = float(self._cc_buf[2])
         return state
+
+    def _owed(self, flow: int, rate: float) -> float:
+        """Bytes of `flow` delivered, plus those on the wire at `rate` (bytes per ns)."""
+        return int(self.net.flows.GetTable().GetDelivered(flow)) + rate * self.one_way_ns[self.conn_of[flow]]
 
     def _untransmitted(self, flow: int) -> int:
         return int(self.net.flows.GetSender(self.conn_of[flow]).GetUntransmittedOf(flow))

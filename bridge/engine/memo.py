@@ -34,6 +34,9 @@ from cache_store.memo_pb2 import MemoRecord
 from ..errors import CacheFileError
 
 WL_ITERATIONS = 3
+# Part of every fingerprint: bump it when what a record means changes, so that old records are
+# never applied with the new meaning (2: transient bytes include those on the wire at the end).
+RECORD_MODEL = 2
 
 
 def default_cache_path() -> Path:
@@ -98,7 +101,7 @@ class Transient:
     """A record mapped onto the current flows."""
 
     transient_ns: int
-    bytes: dict[int, int]                     # flow -> bytes delivered during the transient
+    bytes: dict[int, int]                     # flow -> bytes to skip: delivered, and on the wire at the end
     rates: dict[int, float]                   # flow -> steady rate, bytes per ns
     states: dict[int, dict[str, float]]       # flow -> congestion state at the end
 

@@ -15,7 +15,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogFormatter
 
 MAX_LANES = 200  # more lanes than this is unreadable in a PNG
-MODE_COLORS = {"simulate": "tab:blue", "frozen": "tab:orange"}
+MODE_COLORS = {"simulate": "tab:blue", "frozen": "tab:orange", "memo": "tab:green"}
 
 
 def _save(fig: Figure, path: Path) -> None:
