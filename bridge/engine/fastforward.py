@@ -312,6 +312,11 @@ class FastForward:
             return        # a flow queued behind another on its connection: its start is not a transient
         if not all(self.net.flows.GetSender(self.conn_of[f]).IsConnected() for f in flows):
             return        # a handshake is part of the transient, and no congestion state exists yet
+        # A flow that ends before a freeze could pay (min_freeze at line rate) ends the partition
+        # before the steady test can pass, and no record can be applied to it: no lookup.
+        line_rate = max(self.port_rates[self.first_port[self.conn_of[f]]] for f in flows)
+        if any(self._untransmitted(f) < self.spec.margin + self.spec.min_freeze * line_rate for f in flows):
+            return
         labels, rates = {}, {}
         for f in flows:
             conn = self.conn_of[f]
