@@ -27,9 +27,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bridge import api  # noqa: E402
-from bridge.ns3.patches import build_library  # noqa: E402
-from bridge.report.validation import compare  # noqa: E402
+from bridge import api
+from bridge.ns3.patches import build_library
+from bridge.report.validation import compare
 
 BENCHES = ["gpt-bench", "moe-bench"]
 MODES = {"steady": {"memo": False}, "cold": {}, "warm": {}}

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from cache_store import CacheError
+
 from . import __version__
 from .engine.executor import Executor
 from .engine.fastforward import FastForward
-from cache_store import CacheError
-
 from .engine.memo import RECORD_MODEL, Memo, fingerprint, open_store
 from .errors import CacheFileError
 from .ns3.loader import load, ns3_version

@@ -21,17 +21,17 @@ TINY_MEMO = REPO / "scenarios" / "tiny-memo.yaml"
 
 # -- conflict graphs and lookups ---------------------------------------------------------------
 
-def incast(ports_base: int, labels=("5|a", "3|b", "0|c")):
-    """Three flows into one host: flows share the receiver's port, the first two also an uplink."""
-    rx, up = ports_base, ports_base + 1
-    flows = [10 + ports_base, 11 + ports_base, 12 + ports_base]
-    ports = {flows[0]: frozenset({rx, up, ports_base + 2}), flows[1]: frozenset({rx, up, ports_base + 3}),
-             flows[2]: frozenset({rx, ports_base + 4})}
-    return flows, conflict_graph(flows, ports, dict(zip(flows, labels)))
+def incast(base: int, labels=("5|a", "3|b", "0|c")):
+    """Three flows into one host: flows share the receiver's link, the first two also an uplink."""
+    rx, up = base, base + 1
+    flows = [10 + base, 11 + base, 12 + base]
+    links = {flows[0]: frozenset({rx, up, base + 2}), flows[1]: frozenset({rx, up, base + 3}),
+             flows[2]: frozenset({rx, base + 4})}
+    return flows, conflict_graph(flows, links, dict(zip(flows, labels)))
 
 
-def test_conflict_graph_weights_are_shared_port_counts():
-    flows, cg = incast(0)
+def test_conflict_graph_weights_are_shared_link_counts():
+    _, cg = incast(0)
     assert cg.graph.edges[0, 1]["w"] == 2 and cg.graph.edges[0, 2]["w"] == 1 and cg.graph.edges[1, 2]["w"] == 1
 
 

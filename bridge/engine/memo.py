@@ -21,9 +21,9 @@ import hashlib
 import json
 import os
 import time
-from pathlib import Path
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
 
 import networkx as nx
 from networkx.algorithms.isomorphism import GraphMatcher
