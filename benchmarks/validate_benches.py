@@ -36,7 +36,11 @@ def main() -> None:
           "iteration error max | skipped events | noise floor mean |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.names:
-        v = validate(ROOT / "scenarios" / f"{name}.yaml", args.out / name, noise_floor=args.noise_floor)
+        cache = args.out / f"{name}.memo.whdb"   # each bench starts from an empty memo store
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.unlink(missing_ok=True)
+        v = validate(ROOT / "scenarios" / f"{name}.yaml", args.out / name, noise_floor=args.noise_floor,
+                     cache=cache)
         floor = v.get("noise_floor", {}).get("fct_error", {}).get("mean")
         print(f"| {name} | {v['stock']['wall_s']['loop']:.1f} | {v['accel']['wall_s']['loop']:.1f} | "
               f"{v['speedup_loop']:.2f}x | {_pct(v['fct_error']['mean'])} / {_pct(v['fct_error']['p99'])} | "
