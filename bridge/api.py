@@ -42,8 +42,8 @@ def read_results(out_dir: str | Path) -> RunResult:
 
 def run(scenario: str | Path | Scenario, out_dir: str | Path | None = None, *, accel: bool = False,
         fast_forward: bool = True, memo: bool = True, cache: str | Path | None = None,
-        accel_overrides: dict | None = None, seed: int | None = None, stop_time_ns: int | None = None, timeout_s: float | None = None,
-        progress: Callable[[dict], None] | None = None) -> RunResult:
+        accel_overrides: dict | None = None, seed: int | None = None, stop_time_ns: int | None = None,
+        timeout_s: float | None = None, progress: Callable[[dict], None] | None = None) -> RunResult:
     """Simulate a scenario in a child process; with out_dir=None nothing is kept.
 
     accel=False is stock ns-3 (every packet simulated); accel=True runs the Wormhole engine,

@@ -18,7 +18,7 @@ from cache_store import CacheError
 
 from . import __version__
 from .engine.executor import Executor
-from .engine.fastforward import FastForward
+from .engine.fastforward import FastForward, Ports
 from .engine.memo import RECORD_MODEL, Memo, fingerprint, open_store
 from .errors import CacheFileError
 from .ns3.loader import load, ns3_version
@@ -79,11 +79,8 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
     ff = None
     if options.accel:
         memo = open_memo(scenario, options.cache) if options.memo and options.fast_forward else None
-        rates = [rate / 8e9 for rate in port_rates_bps(topology)]              # bytes per ns
-        delays = [link.delay_ns + scenario.transport.mtu / rate
-                  for link, rate in zip((l for l in topology.links for _ in range(2)), rates)]
         ff = FastForward(net, len(workload.flows), scenario.accel, options.fast_forward, memo,
-                         port_labels(topology), rates, delays)
+                         port_properties(topology, scenario.transport.mtu))
     build_s = time.perf_counter() - t_build
     stop = options.stop_time_ns or scenario.stop_time or DEFAULT_STOP_TIME_NS
     run = Executor(workload, net, stop, progress, fast_forward=ff).run()
@@ -132,19 +129,17 @@ def _mode(options: RunOptions) -> str:
     return "accel" if options.memo else "accel-no-memo"
 
 
-def port_rates_bps(topology: Topology) -> list[int]:
-    """Per port (2i: link i's a->b side, 2i+1: b->a): the link rate."""
-    return [link.rate_bps for link in topology.links for _ in range(2)]
-
-
-def port_labels(topology: Topology) -> list[str]:
-    """Per port: host NIC or switch port, link rate and delay (what a memo record's paths must match)."""
+def port_properties(topology: Topology, mtu: int) -> Ports:
+    """Per port: label (what a memo record's paths must match), rate and one-hop delay."""
     hosts = set(topology.hosts)
-    labels = []
+    ports = Ports(labels=[], rates=[], delays=[])
     for link in topology.links:
+        rate = link.rate_bps / 8e9                                   # bytes per ns
         for owner in (link.a, link.b):
-            labels.append(f"{'h' if owner in hosts else 's'}{link.rate_bps}/{link.delay_ns}")
-    return labels
+            ports.labels.append(f"{'h' if owner in hosts else 's'}{link.rate_bps}/{link.delay_ns}")
+            ports.rates.append(rate)
+            ports.delays.append(link.delay_ns + mtu / rate)
+    return ports
 
 
 def open_memo(scenario: Scenario, path: str | Path | None = None) -> Memo:

@@ -13,8 +13,9 @@ using namespace ns3;
 namespace
 {
 // Memoization reads and restores TCP state ns-3 keeps protected (TcpSocketBase::m_tcb) or private
-// (TcpDctcp::m_alpha). An explicit instantiation may name any member; the friend function hands
-// out the pointer-to-member without changing the stock classes.
+// (TcpDctcp::m_alpha); fast-forward trims a TCP send buffer's private lists. An explicit
+// instantiation may name any member; the friend function Get(Name()) hands out the
+// pointer-to-member without changing the stock classes.
 template <typename Tag, typename Tag::type Member>
 struct Expose
 {
@@ -24,53 +25,22 @@ struct Expose
     }
 };
 
-struct TcbMember
-{
-    using type = Ptr<TcpSocketState> TcpSocketBase::*;
-    friend type Get(TcbMember);
-};
+#define WORMHOLE_EXPOSE(Name, Type, Class, member)                                                \
+    struct Name                                                                                    \
+    {                                                                                              \
+        using type = Type Class::*;                                                                \
+        friend type Get(Name);                                                                     \
+    };                                                                                             \
+    template struct Expose<Name, &Class::member>
 
-struct CongestionOpsMember
-{
-    using type = Ptr<TcpCongestionOps> TcpSocketBase::*;
-    friend type Get(CongestionOpsMember);
-};
-
-struct DctcpAlphaMember
-{
-    using type = double TcpDctcp::*;
-    friend type Get(DctcpAlphaMember);
-};
-
-struct TxBufferMember
-{
-    using type = Ptr<TcpTxBuffer> TcpSocketBase::*;
-    friend type Get(TxBufferMember);
-};
-
-struct AppListMember
-{
-    using type = std::list<TcpTxItem*> TcpTxBuffer::*;
-    friend type Get(AppListMember);
-};
-
-struct BufferSizeMember
-{
-    using type = uint32_t TcpTxBuffer::*;
-    friend type Get(BufferSizeMember);
-};
-
-struct ItemPacketMember
-{
-    using type = Ptr<Packet> TcpTxItem::*;
-    friend type Get(ItemPacketMember);
-};
-
-template struct Expose<TcbMember, &TcpSocketBase::m_tcb>;
-template struct Expose<TxBufferMember, &TcpSocketBase::m_txBuffer>;
-template struct Expose<AppListMember, &TcpTxBuffer::m_appList>;
-template struct Expose<BufferSizeMember, &TcpTxBuffer::m_size>;
-template struct Expose<ItemPacketMember, &TcpTxItem::m_packet>;
+WORMHOLE_EXPOSE(TcbMember, Ptr<TcpSocketState>, TcpSocketBase, m_tcb);
+WORMHOLE_EXPOSE(CongestionOpsMember, Ptr<TcpCongestionOps>, TcpSocketBase, m_congestionControl);
+WORMHOLE_EXPOSE(DctcpAlphaMember, double, TcpDctcp, m_alpha);
+WORMHOLE_EXPOSE(TxBufferMember, Ptr<TcpTxBuffer>, TcpSocketBase, m_txBuffer);
+WORMHOLE_EXPOSE(AppListMember, std::list<TcpTxItem*>, TcpTxBuffer, m_appList);
+WORMHOLE_EXPOSE(BufferSizeMember, uint32_t, TcpTxBuffer, m_size);
+WORMHOLE_EXPOSE(ItemPacketMember, Ptr<Packet>, TcpTxItem, m_packet);
+#undef WORMHOLE_EXPOSE
 
 // Bytes in a TCP send buffer that were never transmitted (its application list).
 uint64_t
@@ -112,8 +82,6 @@ TrimNeverSent(const Ptr<TcpTxBuffer>& buffer, uint64_t bytes)
     }
     return trimmed;
 }
-template struct Expose<CongestionOpsMember, &TcpSocketBase::m_congestionControl>;
-template struct Expose<DctcpAlphaMember, &TcpDctcp::m_alpha>;
 } // namespace
 
 // ---- FlowTable ----------------------------------------------------------------------------

@@ -55,6 +55,15 @@ class Frozen:
 
 
 @dataclass
+class Ports:
+    """Per port (2i: link i's a->b side, 2i+1: b->a), what memoization needs of the network."""
+
+    labels: list[str]             # host NIC or switch port, link rate and delay (memo vertex labels)
+    rates: list[float]            # bytes per ns
+    delays: list[float]           # propagation + one MTU's serialization, ns
+
+
+@dataclass
 class Forming:
     """A partition simulated since it formed: recorded when it turns steady."""
 
@@ -95,15 +104,12 @@ class FastForward:
     """Partitions, steady detection and freeze/thaw for one running network."""
 
     def __init__(self, net: Ns3Network, n_flows: int, spec, enabled: bool = True,
-                 memo: Memo | None = None, port_labels: list[str] | None = None,
-                 port_rates: list[float] | None = None, port_delays: list[float] | None = None):
+                 memo: Memo | None = None, ports: Ports | None = None):
         self.net = net
         self.spec = spec
         self.enabled = enabled
         self.memo = memo if enabled else None
-        self.port_labels = port_labels       # per port: its link's rate and delay (memo vertex labels)
-        self.port_rates = port_rates         # per port: bytes per ns
-        self.port_delays = port_delays       # per port: propagation + one MTU's serialization, ns
+        self.ports = ports                   # required with memo
         wh = net.h.wh
         self.sim = wh.TagSimulatorImpl.Get()
         if not self.sim:
@@ -132,11 +138,10 @@ class FastForward:
         self._tag_buf = np.zeros(1, dtype=np.uint32)
         self._interrupted = np.zeros(64, dtype=np.uint32)
         self._cc_buf = np.zeros(3, dtype=np.float64)
-        self.first_port: dict[int, int] = {}             # per connection: its source host's port
+        self.line_rate: dict[int, float] = {}            # per connection: its first link's, bytes per ns
         self.thawed: dict[int, tuple[float, int]] = {}   # flow -> (its rate while frozen, thaw time)
         self.formed: set[int] = set()                    # partitions formed since the last prepare()
         self.n_read = 0                                  # samples in times/delivered at the last read
-        self.started_ns: dict[int, int] = {}             # flow -> when it started
 
     # -- flow life cycle (called by the executor) -------------------------------------------
 
@@ -152,10 +157,10 @@ class FastForward:
             path = self.paths[conn] = frozenset(ordered) | frozenset(p ^ 1 for p in ordered)
             self.links[conn] = frozenset(p // 2 for p in ordered)
             if self.memo is not None:
-                self.path_labels[conn] = ",".join(self.port_labels[p] for p in ordered)
+                self.path_labels[conn] = ",".join(self.ports.labels[p] for p in ordered)
                 data = ordered[:len(ordered) // 2]        # the data path, then the ACK path (same hops)
-                self.one_way_ns[conn] = sum(self.port_delays[p] for p in data)
-                self.first_port[conn] = ordered[0]
+                self.one_way_ns[conn] = sum(self.ports.delays[p] for p in data)
+                self.line_rate[conn] = self.ports.rates[ordered[0]]
         touched = self.parts.touching(path)
         for pid in touched:
             self._thaw(pid, now, planned=False)
@@ -167,7 +172,6 @@ class FastForward:
         self.state[part.id] = PartitionState(since_ns=now)
         self.conn_of[flow] = conn
         self.conn_flows.setdefault(conn, []).append(flow)
-        self.started_ns[flow] = now
         self.formed.add(part.id)
         self.stats.control_s += time.perf_counter() - t0
 
@@ -179,7 +183,6 @@ class FastForward:
         parts = self.parts.remove_flow(flow)
         self.conn_flows[self.conn_of.pop(flow)].remove(flow)
         self.thawed.pop(flow, None)
-        del self.started_ns[flow]
         for part in parts:
             self.state[part.id] = PartitionState(since_ns=now)
             self.formed.add(part.id)
@@ -314,14 +317,14 @@ class FastForward:
             return        # a handshake is part of the transient, and no congestion state exists yet
         # A flow that ends before a freeze could pay (min_freeze at line rate) ends the partition
         # before the steady test can pass, and no record can be applied to it: no lookup.
-        line_rate = max(self.port_rates[self.first_port[self.conn_of[f]]] for f in flows)
+        line_rate = max(self.line_rate[self.conn_of[f]] for f in flows)
         if any(self._untransmitted(f) < self.spec.margin + self.spec.min_freeze * line_rate for f in flows):
             return
         labels, rates = {}, {}
         for f in flows:
             conn = self.conn_of[f]
             rates[f] = self._recent_rate(f, now)
-            q = rate_bin(rates[f], self.port_rates[self.first_port[conn]], self.spec.memo_bins)
+            q = rate_bin(rates[f], self.line_rate[conn], self.spec.memo_bins)
             labels[f] = f"{q}|{self.path_labels[conn]}"
         graph = conflict_graph(flows, {f: self.links[self.conn_of[f]] for f in flows}, labels)
         st = self.state[part.id]
@@ -357,7 +360,8 @@ class FastForward:
         recurrence to the next)."""
         n = self.n_read
         recent = self.spec.coarse * self.spec.tau
-        if now - self.started_ns[flow] < recent:
+        table = self.net.flows.GetTable()
+        if now - int(table.GetStartNs(flow)) < recent:
             return 0.0
         rate, thawed_ns = self.thawed.get(flow, (0.0, -1))
         if thawed_ns >= 0 and now - thawed_ns < recent:
@@ -365,7 +369,7 @@ class FastForward:
         back = min(n, self.spec.coarse)
         if back == 0 or now <= self.times[n - back]:
             return 0.0
-        now_bytes = int(self.net.flows.GetTable().GetDelivered(flow))
+        now_bytes = int(table.GetDelivered(flow))
         return (now_bytes - int(self.delivered[n - back, flow])) / (now - int(self.times[n - back]))
 
     def _congestion_state(self, flow: int) -> dict[str, float]:
