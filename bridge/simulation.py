@@ -23,8 +23,8 @@ from .engine.memo import RECORD_MODEL, Memo, fingerprint, open_store
 from .errors import CacheFileError
 from .ns3.loader import load, ns3_version
 from .ns3.network import build_network, configure_transport, segment_size, use_tag_simulator
-from .report.tables import (IdealFct, accel_summary, fct_stats, flows_frame, iterations_frame,
-                            partitions_frame, write_fct_txt)
+from .report.tables import (IdealFct, RdmaIdealFct, accel_summary, fct_stats, flows_frame, iterations_frame,
+                            partitions_frame, write_fct_txt, write_pfc_txt)
 from .scenario import Scenario, with_accel_overrides
 from .topology import Topology, build_topology
 from .workload.dag import Workload
@@ -75,7 +75,7 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
     if options.accel:
         use_tag_simulator(h)
     configure_transport(h, scenario.transport, seed)
-    net = build_network(h, topology, scenario.transport, len(workload.flows))
+    net = build_network(h, topology, scenario.transport, len(workload.flows), seed)
     ff = None
     if options.accel:
         memo = open_memo(scenario, options.cache) if options.memo and options.fast_forward else None
@@ -85,7 +85,10 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
     stop = options.stop_time_ns or scenario.stop_time or DEFAULT_STOP_TIME_NS
     run = Executor(workload, net, stop, progress, fast_forward=ff).run()
 
-    ideal = IdealFct(topology, scenario.transport.mtu, segment_size(scenario.transport))
+    if net.rdma:
+        ideal = RdmaIdealFct(topology, segment_size(scenario.transport))
+    else:
+        ideal = IdealFct(topology, scenario.transport.mtu, segment_size(scenario.transport))
     flows = flows_frame(workload, run, ideal)
     out_dir.mkdir(parents=True, exist_ok=True)
     flows.to_csv(out_dir / "flows.csv", index=False)
@@ -110,6 +113,9 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
         "events_per_s": round(run.events / run.loop_s) if run.loop_s > 0 else None,
         "versions": {"wormhole": __version__, "ns3": ns3_version(), "python": platform.python_version()},
     }
+    if net.rdma:
+        summary["rdma"] = rdma_summary(net)
+        write_pfc_txt(net.builder, out_dir / "pfc.txt")
     if ff is not None:
         summary["accel"] = accel_summary(ff, flows, scenario.accel)
         partitions_frame(ff.stats.intervals).to_csv(out_dir / "partitions.csv", index=False)
@@ -119,6 +125,16 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
         summary["iteration_time_ns"] = [int(x) for x in iterations.time_ns]
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def rdma_summary(net) -> dict:
+    """Fabric counters of an RDMA run."""
+    b = net.builder
+    return {"pfc_frames": int(b.GetPfcFrames()), "drops": int(b.GetDrops()), "lost": int(b.GetLost()),
+            "ecn_marks": int(b.GetEcnMarks()),
+            "retransmitted_bytes": sum(int(net.flows.GetSender(c).GetRetransmittedBytes())
+                                       for c in range(int(b.GetNQps()))),
+            "timeouts": sum(int(net.flows.GetSender(c).GetTimeouts()) for c in range(int(b.GetNQps())))}
 
 
 def _mode(options: RunOptions) -> str:

@@ -34,7 +34,26 @@ struct QueueConfig
     uint32_t meanPacketBytes = 1500;
 };
 
-class NetworkBuilder
+/// The port view of a built network that the tag simulator and the probe use.
+class PortNetwork
+{
+  public:
+    virtual ~PortNetwork() = default;
+    virtual uint32_t GetNNodes() const = 0;
+    virtual uint32_t GetNPorts() const = 0;
+    virtual ns3::Ptr<ns3::Node> GetNode(uint32_t node) const = 0;
+    virtual ns3::Ptr<ns3::PointToPointNetDevice> GetPortDevice(uint32_t port) const = 0;
+    /// Bytes queued per port into out[0..nPorts).
+    virtual void ReadQueueBytes(uint32_t* out) const = 0;
+    /// Packets each port has sent onto its link, into out[0..nPorts).
+    virtual void ReadPortTxPackets(uint64_t* out) const = 0;
+    /// The ports a connection's packets from src to dst cross, in order (per-flow ECMP decides as
+    /// it will for the real packets). Returns the count written into out (<= cap).
+    virtual uint32_t TracePath(uint32_t src, uint32_t dst, uint16_t srcPort, uint16_t dstPort, uint32_t* out,
+                               uint32_t cap) const = 0;
+};
+
+class NetworkBuilder : public PortNetwork
 {
   public:
     /// Create nodes 0..nNodes-1 and one link per (a[i], b[i]); hosts (isHost[node] != 0) get an
@@ -48,19 +67,17 @@ class NetworkBuilder
                const int64_t* delayNs,
                const QueueConfig& config);
 
-    uint32_t GetNNodes() const;
-    uint32_t GetNPorts() const;
-    ns3::Ptr<ns3::Node> GetNode(uint32_t node) const;
+    uint32_t GetNNodes() const override;
+    uint32_t GetNPorts() const override;
+    ns3::Ptr<ns3::Node> GetNode(uint32_t node) const override;
     /// The IPv4 address of a node's first interface (a host's NIC).
     ns3::Ipv4Address GetAddress(uint32_t node) const;
-    ns3::Ptr<ns3::PointToPointNetDevice> GetPortDevice(uint32_t port) const;
-    /// Bytes queued per port (queue disc + device queue) into out[0..nPorts).
-    void ReadQueueBytes(uint32_t* out) const;
-    /// The ports a TCP connection's packets from src to dst cross, in order (per-flow ECMP
-    /// decides as it will for the real packets). Returns the count written into out (<= cap).
-    uint32_t TracePath(uint32_t src, uint32_t dst, uint16_t srcPort, uint16_t dstPort, uint32_t* out, uint32_t cap) const;
-    /// Packets each port has sent onto its link, into out[0..nPorts).
-    void ReadPortTxPackets(uint64_t* out) const;
+    ns3::Ptr<ns3::PointToPointNetDevice> GetPortDevice(uint32_t port) const override;
+    /// Bytes queued per port (queue disc + device queue).
+    void ReadQueueBytes(uint32_t* out) const override;
+    uint32_t TracePath(uint32_t src, uint32_t dst, uint16_t srcPort, uint16_t dstPort, uint32_t* out, uint32_t cap)
+        const override;
+    void ReadPortTxPackets(uint64_t* out) const override;
     /// ECN thresholds used for a link of this rate (packets).
     static void DefaultEcnThresholds(uint64_t rateBps, double& kmin, double& kmax);
 

@@ -8,7 +8,7 @@ namespace wormhole
 {
 using namespace ns3;
 
-RateProbe::RateProbe(FlowTable* table, NetworkBuilder* network, uint32_t capacity)
+RateProbe::RateProbe(FlowTable* table, PortNetwork* network, uint32_t capacity)
     : m_table(table),
       m_network(network),
       m_capacity(std::max<uint32_t>(1, capacity)),

@@ -17,7 +17,7 @@ class RateProbe
 {
   public:
     /// Keep the latest `capacity` samples of every flow of `table` and every port of `network`.
-    RateProbe(FlowTable* table, NetworkBuilder* network, uint32_t capacity);
+    RateProbe(FlowTable* table, PortNetwork* network, uint32_t capacity);
 
     /// Sample now and then every `tauNs` until Stop().
     void Start(int64_t tauNs);
@@ -32,7 +32,7 @@ class RateProbe
     void Sample();
 
     FlowTable* m_table;
-    NetworkBuilder* m_network;
+    PortNetwork* m_network;
     uint32_t m_capacity;
     uint32_t m_nFlows;
     uint32_t m_nPorts;

@@ -68,7 +68,7 @@ TagSimulatorImpl::Get()
 // ---- Port tagging -------------------------------------------------------------------------
 
 void
-TagSimulatorImpl::AttachPorts(NetworkBuilder* net)
+TagSimulatorImpl::AttachPorts(PortNetwork* net)
 {
     NS_ABORT_MSG_IF(m_nNodes > 0 || !m_groups.empty(), "AttachPorts: once, before any Freeze");
     uint32_t nPorts = net->GetNPorts();

@@ -4,7 +4,7 @@
 // Why: the engine fast-forwards a steady part of the network by stopping its clock while the rest
 // keeps running. The ns-3 context must stay the node id (Node::ReceiveFromDevice asserts it), so
 // the partition travels as a separate 32-bit TAG beside it:
-//   port p (NetworkBuilder port index) -> tag p, node n -> tag nPorts + n, no tag -> NO_TAG.
+//   port p (PortNetwork port index) -> tag p, node n -> tag nPorts + n, no tag -> NO_TAG.
 // Schedule/ScheduleNow inherit the running event's tag; ScheduleWithContext(node) gets the node
 // tag; a PhyTxBegin on port p makes the device's next Schedule (TransmitComplete) carry tag p and
 // the channel's next ScheduleWithContext (Receive) carry tag p^1, the receiving port. That order is
@@ -32,7 +32,7 @@
 namespace wormhole
 {
 
-class NetworkBuilder;
+class PortNetwork;
 
 class TagSimulatorImpl : public ns3::SimulatorImpl
 {
@@ -64,7 +64,7 @@ class TagSimulatorImpl : public ns3::SimulatorImpl
 
     /// Tag the transmissions of every port of `net` (call once, after Build, before Freeze).
     /// Until then there are no port tags and node n has tag n; pending events are renumbered.
-    void AttachPorts(NetworkBuilder* net);
+    void AttachPorts(PortNetwork* net);
     uint32_t GetNPorts() const;
     /// nPorts + nNodes of the attached network: tags are 0 .. GetNTags()-1.
     uint32_t GetNTags() const;

@@ -3,4 +3,5 @@
 #include "flow-transport.h"
 #include "network-builder.h"
 #include "rate-probe.h"
+#include "rdma.h"
 #include "tag-simulator-impl.h"

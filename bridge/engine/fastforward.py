@@ -287,6 +287,9 @@ class FastForward:
             return
         shift = now - frozen.since_ns
         self.sim.Thaw(frozen.group, shift)
+        if self.net.rdma:
+            for conn in sorted({self.conn_of[flow] for flow in frozen.rates}):
+                self.net.flows.GetSender(conn).ShiftTimes(shift)
         for flow, rate in frozen.rates.items():
             conn = self.conn_of[flow]
             skipped = int(self.net.flows.SkipFlow(flow, conn, frozen.skipped_bytes(flow, shift)))

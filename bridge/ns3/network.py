@@ -1,4 +1,4 @@
-"""Build a topology in ns-3 and configure the transport (DCTCP/RED-ECN default, NewReno, Cubic)."""
+"""Build a topology in ns-3 and configure the transport (DCTCP/RED-ECN default, NewReno, Cubic, RDMA)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ TIMESTAMP_OPTION = 12  # 10-byte option padded to 12
 
 
 def segment_size(transport) -> int:
-    """TCP payload per packet for the transport's MTU."""
+    """Payload per packet: TCP's for the transport's MTU, RDMA's configured payload."""
+    if transport.kind == "rdma":
+        return transport.resolved().payload_bytes
     return transport.mtu - IP_TCP_HEADERS - (TIMESTAMP_OPTION if transport.timestamps else 0)
 
 
@@ -27,6 +29,7 @@ class Ns3Network:
     builder: object             # wormhole::NetworkBuilder
     flows: object               # wormhole::FlowManager
     n_ports: int
+    rdma: bool = False          # RdmaNetwork / RdmaFlowManager instead of TCP/IP
 
     def now_ns(self) -> int:
         return int(self.h.ns.Simulator.Now().GetNanoSeconds())
@@ -46,6 +49,8 @@ def configure_transport(h: SimpleNamespace, transport, seed: int) -> None:
     ns.RngSeedManager.SetSeed(max(1, seed))
     ns.RngSeedManager.SetRun(1)
     ns.RngSeedManager.ResetNextStreamIndex()
+    if transport.kind == "rdma":
+        return  # RDMA settings travel in its RdmaConfig (build_network)
     h.wh.FlowEcmpRouting.SetHashSeed(seed)
     sd = ns.Config.SetDefault
     sd("ns3::TcpL4Protocol::SocketType", ns.StringValue(TCP_TYPES[transport.kind]))
@@ -61,13 +66,24 @@ def configure_transport(h: SimpleNamespace, transport, seed: int) -> None:
     sd("ns3::TcpSocketBase::Timestamp", ns.BooleanValue(transport.timestamps))
 
 
-def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: int) -> Ns3Network:
+def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: int, seed: int = 1) -> Ns3Network:
     """Create nodes, links, port queues and routing; one C++ call for the whole network."""
     links = topology.links
     a = np.array([l.a for l in links], dtype=np.uint32)
     b = np.array([l.b for l in links], dtype=np.uint32)
     rate = np.array([l.rate_bps for l in links], dtype=np.uint64)
     delay = np.array([l.delay_ns for l in links], dtype=np.int64)
+    is_host = np.zeros(topology.n_nodes, dtype=np.uint8)
+    is_host[topology.hosts] = 1
+    if transport.kind == "rdma":
+        from .rdma import rdma_config
+
+        config = rdma_config(h.wh, transport.resolved())
+        config.ecmpSeed = seed
+        builder = h.wh.RdmaNetwork()
+        builder.Build(topology.n_nodes, is_host, len(links), a, b, rate, delay, config)
+        flows = h.wh.RdmaFlowManager(builder, n_flows)
+        return Ns3Network(h=h, builder=builder, flows=flows, n_ports=int(builder.GetNPorts()), rdma=True)
     config = h.wh.QueueConfig()
     config.queuePackets = transport.queue_size
     config.ecnMarking = transport.kind == "dctcp"
@@ -75,8 +91,6 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
     config.kmaxPackets = float(transport.ecn_kmax or 0)
     config.meanPacketBytes = transport.mtu
     builder = h.wh.NetworkBuilder()
-    is_host = np.zeros(topology.n_nodes, dtype=np.uint8)
-    is_host[topology.hosts] = 1
     builder.Build(topology.n_nodes, is_host, len(links), a, b, rate, delay, config)
     flows = h.wh.FlowManager(builder, n_flows)
     return Ns3Network(h=h, builder=builder, flows=flows, n_ports=int(builder.GetNPorts()))

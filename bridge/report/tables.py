@@ -55,6 +55,23 @@ class IdealFct:
         return int(round(ns))
 
 
+class RdmaIdealFct(IdealFct):
+    """The reference RDMA simulator's standalone FCT (its fct.txt's last column): the pair's base
+    RTT (2 x one-way delay + one payload serialized per hop) + the bytes, with its 48-byte
+    per-packet header, at the bottleneck rate."""
+
+    HEADER = 48
+
+    def __init__(self, topology: Topology, payload: int):
+        super().__init__(topology, payload, payload)
+
+    def __call__(self, src: int, dst: int, size: int, handshake: bool) -> int:
+        delay, rates = self._path(src, dst)
+        packets = -(-size // self.mss)
+        rtt = 2 * delay + sum(self.mss * 8 / r * 1e9 for r in rates)
+        return int(round(rtt + (size + packets * self.HEADER) * 8 / min(rates) * 1e9))
+
+
 def flows_frame(workload: Workload, run: Execution, ideal: IdealFct) -> pd.DataFrame:
     rows = []
     for f in workload.flows:
@@ -73,6 +90,18 @@ def write_fct_txt(flows: pd.DataFrame, path: Path) -> None:
                 continue
             out.write(f"{0x0b000001 + (r.src << 8):08x} {0x0b000001 + (r.dst << 8):08x} "
                       f"10000 100 {r.size_bytes} {r.start_ns} {r.fct_ns} {r.ideal_fct_ns}\n")
+
+
+def write_pfc_txt(network, path: Path) -> None:
+    """The reference's pfc.txt: `time_ns node node_type if_index type` (type 1 pause, 0 resume;
+    node_type 1 switch, 0 host), one line per PFC frame received."""
+    n = int(network.GetPfcLogSize())
+    cols = [np.zeros(n, dtype=np.int64)] + [np.zeros(n, dtype=np.uint32) for _ in range(4)]
+    if n:
+        network.ReadPfcLog(*cols, n)
+    with open(path, "w") as out:
+        for row in zip(*(c.tolist() for c in cols)):
+            out.write(" ".join(map(str, row)) + "\n")
 
 
 def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:

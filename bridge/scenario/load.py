@@ -2,6 +2,9 @@
 
 Every problem becomes one `ScenarioError` naming the scenario file, the field path
 (`flows[3].dst`, `topology.hosts_per_leaf`, `flow.txt line 4: size`) and the bad value.
+
+A config file of the HPCC paper's reference simulator (`KEY value` lines, see hpcc_config.py) is
+a scenario too: its TOPOLOGY_FILE, FLOW_FILE and SIMULATOR_STOP_TIME with an RDMA transport.
 """
 
 from __future__ import annotations
@@ -14,6 +17,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from bridge.errors import ScenarioError
+from bridge.scenario.hpcc_config import (
+    ParameterError,
+    format_rate,
+    looks_like_hpcc_config,
+    parse_hpcc_config,
+    resolve_rdma,
+)
 from bridge.scenario.schema import FlowSpec, LinkSpec, Scenario
 from bridge.scenario.training import check_training
 from bridge.topology import Topology, build_topology, read_hpcc_topology
@@ -25,10 +35,10 @@ _MAX_RATE = 2**64 - 1  # as RateBps in schema.py
 
 
 def load_scenario(path: str | os.PathLike) -> Scenario:
-    """Read, parse and validate a scenario YAML file.
+    """Read, parse and validate a scenario YAML file, or a reference simulator's config.txt.
 
     Raises ScenarioError for an unreadable file, bad YAML, or whatever `parse_scenario_dict`
-    rejects.
+    (or `hpcc_config_scenario`) rejects.
     """
     where = str(path)
     try:
@@ -42,6 +52,8 @@ def load_scenario(path: str | os.PathLike) -> Scenario:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ScenarioError(where, None, f"not UTF-8 text (bad byte at offset {e.start})") from None
+    if looks_like_hpcc_config(text) and not _is_yaml_mapping(text):
+        return hpcc_config_scenario(path)
     try:
         data = yaml.load(text, Loader=_StrictLoader)
     except yaml.MarkedYAMLError as e:
@@ -56,6 +68,47 @@ def load_scenario(path: str | os.PathLike) -> Scenario:
         # ValueError: PyYAML builds dates and ints eagerly ("2001-02-30", a 5000-digit int).
         raise ScenarioError(where, None, f"YAML error: {_one_line(str(e))}") from None
     return parse_scenario_dict(data, where)
+
+
+def _is_yaml_mapping(text: str) -> bool:
+    try:
+        return isinstance(yaml.safe_load(text), dict)
+    except (yaml.YAMLError, ValueError, RecursionError):
+        return False
+
+
+def hpcc_config_scenario(path: str | os.PathLike) -> Scenario:
+    """The scenario a reference simulator's config file describes.
+
+    Name `<case folder>-<file stem>`, seed 1, topology and flows from TOPOLOGY_FILE and FLOW_FILE
+    (resolved against the file's folder, then its parent: the reference ran from the folder above
+    its cases), stop time SIMULATOR_STOP_TIME, transport rdma with this file as `config`.
+    Raises ScenarioError naming the file, line and key.
+    """
+    where = str(path)
+    file = Path(path).resolve()
+    config = parse_hpcc_config(file, where)
+    config_dir = file.parent
+    data: dict = {"name": f"{config_dir.name}-{file.stem}", "seed": 1}
+    for key, value in (("TOPOLOGY_FILE", config.topology_file), ("FLOW_FILE", config.flow_file)):
+        if value is None:
+            raise ScenarioError(where, key, "missing (a config file run needs TOPOLOGY_FILE and "
+                                "FLOW_FILE)")
+        candidates = [(config_dir / value).resolve(), (config_dir.parent / value).resolve()]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            raise ScenarioError(None, config.where(key), f"{value!r} not found (looked for "
+                                f"{str(candidates[0])!r} and {str(candidates[1])!r})")
+        if key == "TOPOLOGY_FILE":
+            data["topology"] = {"kind": "hpcc", "file": str(found)}
+        else:
+            data["flow_file"] = str(found)
+    data["transport"] = {"kind": "rdma", "config": str(file)}
+    if config.stop_time_ns is not None:
+        data["stop_time"] = config.stop_time_ns
+    # Merge now, so that a problem with the file's values names the file as the user did.
+    resolve_rdma(config, {}, None)
+    return parse_scenario_dict(data, path)
 
 
 def parse_scenario_dict(data: object, path: str | os.PathLike | None) -> Scenario:
@@ -125,6 +178,9 @@ def _cross_check(s: Scenario, base_dir: Path) -> Scenario:
         check_training(s.training)  # whether the plan fits the topology is checked when it is built
 
     t = s.transport
+    if t.kind == "rdma":
+        _check_rdma(t, topology, base_dir)
+        return s.model_copy(update={"topology": topo_spec, "flows": flows})
     # CORRECTNESS: RED needs MinTh <= MaxTh <= MaxSize, and ns-3 aborts otherwise.
     kmin, kmax = t.ecn_kmin, t.ecn_kmax
     if kmin is not None and kmax is not None and kmin > kmax:
@@ -133,6 +189,22 @@ def _cross_check(s: Scenario, base_dir: Path) -> Scenario:
         if k is not None and k > t.queue_size:
             raise _err(f"transport.{name}", f"{k} is above queue_size {t.queue_size}")
     return s.model_copy(update={"topology": topo_spec, "flows": flows})
+
+
+def _check_rdma(t, topology: Topology, base_dir: Path) -> None:
+    """The config file and parameters merge, and every switch port's rate has ECN thresholds."""
+    label = os.path.relpath(t.config, base_dir) if t.config is not None else None
+    params = t.resolved(label)
+    # CORRECTNESS: the reference aborts ("must set kmin for each link speed") on a switch port
+    # whose rate has no KMIN_MAP/KMAX_MAP/PMAX_MAP entry; ours would have no thresholds.
+    switches = set(topology.switches)
+    rates = params.ecn_rates()
+    for link in topology.links:
+        if (link.a in switches or link.b in switches) and link.rate_bps not in rates:
+            listed = ", ".join(format_rate(r) for r in sorted(rates))
+            raise _err("transport", f"no ECN thresholds for {format_rate(link.rate_bps)} links "
+                       f"(link {link.a}-{link.b}); KMIN_MAP, KMAX_MAP and PMAX_MAP list {listed}: "
+                       f"add {link.rate_bps} to each")
 
 
 def _resolve_topology(spec):
@@ -230,6 +302,9 @@ def _to_scenario_error(exc: ValidationError, where: str | None) -> ScenarioError
         expected = _union_tags(model, err["loc"][-1]) if model else ""
         got = f"unknown kind {err['ctx']['tag']!r}" if kind == "union_tag_invalid" else "missing"
         message = f"{got} (expected one of: {expected})"
+    elif isinstance((err.get("ctx") or {}).get("error"), ParameterError):
+        error = err["ctx"]["error"]  # transport.parameters: name the key
+        field, message = _join(field, error.key), error.message
     elif msg.startswith("Value error, "):
         message = msg.removeprefix("Value error, ")  # our validators quote the value themselves
     else:

@@ -26,9 +26,17 @@ from pydantic import (
     StrictStr,
     ValidationError,
     ValidationInfo,
+    field_validator,
 )
 
 from bridge.errors import ScenarioError
+from bridge.scenario.hpcc_config import (
+    FRAME_OVERHEAD_BYTES,
+    RdmaParameters,
+    parse_hpcc_config,
+    parse_parameters,
+    resolve_rdma,
+)
 from bridge.scenario.training import TrainingSpec
 from bridge.units import parse_rate, parse_size, parse_time
 
@@ -157,6 +165,66 @@ class TransportSpec(_Spec):
     persistent_connections: StrictBool = False
 
 
+class RdmaTransportSpec(_Spec):
+    """RoCEv2 queue pairs with DCQCN or HPCC, as the HPCC paper's reference simulator.
+
+    Parameters are the reference's config.txt keys: `config` names such a file, `parameters`
+    overrides its keys (same syntax, e.g. {RATE_AI: 40Mb/s, BUFFER_SIZE: 4}), `cc` overrides its
+    CC_MODE. `resolved()` gives every value in our units. The scenario's own topology, workload
+    and stop_time apply: the config file's TOPOLOGY_FILE, FLOW_FILE and SIMULATOR_STOP_TIME are
+    only used when the file itself is run as a scenario (see load.py).
+    """
+
+    kind: Literal["rdma"]
+    cc: Literal["dcqcn", "hpcc"] | None = None         # None: CC_MODE of `config`, else dcqcn
+    config: FilePath | None = None                      # a reference config.txt
+    parameters: Annotated[
+        dict[StrictStr, StrictStr | StrictInt | StrictFloat | StrictBool],
+        Field(default_factory=dict)]
+    rto: DelayNs = 0                                    # ns; 0 = no timeout (as the reference)
+
+    @field_validator("parameters", mode="before")
+    @classmethod
+    def _check_parameters(cls, value: object) -> object:
+        if value is None:
+            return {}
+        if isinstance(value, dict):
+            parse_parameters(value)  # raises ParameterError naming the key
+        return value
+
+    def resolved(self, config_label: str | None = None) -> RdmaParameters:
+        """defaults < config file < parameters < cc, in our units.
+
+        Reads `config` (errors name it as `config_label`, default its path). Raises ScenarioError.
+        """
+        config = parse_hpcc_config(self.config, config_label) if self.config is not None else None
+        return resolve_rdma(config, parse_parameters(self.parameters), self.cc, self.rto)
+
+    @property
+    def mtu(self) -> int:
+        """Bytes of a full data frame: payload + 48 header bytes (as TransportSpec.mtu)."""
+        return self.resolved().payload_bytes + FRAME_OVERHEAD_BYTES
+
+    @property
+    def persistent_connections(self) -> bool:
+        """One queue pair per flow, as the reference (read by the loose-flow workload)."""
+        return False
+
+
+def _default_transport_kind(value: object) -> object:
+    """A transport mapping without `kind` is TCP (dctcp), as before RDMA existed."""
+    if isinstance(value, dict) and "kind" not in value:
+        return {"kind": "dctcp", **value}
+    return value
+
+
+AnyTransportSpec = Annotated[
+    TransportSpec | RdmaTransportSpec,
+    BeforeValidator(_default_transport_kind),
+    Field(discriminator="kind"),
+]
+
+
 class FlowSpec(_Spec):
     """One loose flow: `size` bytes from host `src` to host `dst`, starting at `start` ns."""
 
@@ -199,13 +267,15 @@ class Scenario(_Spec):
     - every flow runs between two distinct hosts of the topology;
     - the topology is connected, its files parse, and its size is within the caps;
     - `topology.fabric_link` (leaf-spine) and `topology.servers_per_leaf` (roft) are set;
-    - ecn_kmin <= ecn_kmax <= queue_size where given.
+    - ecn_kmin <= ecn_kmax <= queue_size where given;
+    - an rdma transport's config file and parameters parse, its ECN maps agree and have an entry
+      for the rate of every link at a switch.
     """
 
     name: Annotated[StrictStr, Field(min_length=1)]
     seed: Annotated[StrictInt, Field(ge=0, le=_U32)] = 1
     topology: TopologySpec
-    transport: TransportSpec = TransportSpec()
+    transport: AnyTransportSpec = TransportSpec()
     flows: tuple[FlowSpec, ...] | None = None
     flow_file: FilePath | None = None
     training: TrainingSpec | None = None
@@ -226,7 +296,8 @@ class Scenario(_Spec):
         fingerprint; `source_path` is left out. Flows read from `flow_file` are in `flows` too.
         """
         data = self.model_dump(mode="json")
-        for holder, key in ((data, "flow_file"), (data["topology"], "file"), (data.get("aicb") or {}, "file")):
+        for holder, key in ((data, "flow_file"), (data["topology"], "file"), (data.get("aicb") or {}, "file"),
+                            (data["transport"], "config")):
             if holder.get(key):
                 holder[key] = {"sha256": hashlib.sha256(Path(holder[key]).read_bytes()).hexdigest()}
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)

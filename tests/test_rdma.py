@@ -1,0 +1,230 @@
+"""The RDMA transport on real ns-3: the reference's own cases, PFC, loss recovery, DCQCN, HPCC,
+the shared buffer under a freeze, and runs through the engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bridge import api
+from bridge.ns3.network import build_network, configure_transport
+from bridge.scenario import parse_scenario_dict
+from bridge.topology import build_topology
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "scenarios" / "hpcc-sim"
+GBPS = 1e9
+
+
+def reference_fcts(path: Path) -> dict[tuple[int, int], list[int]]:
+    """(src host, dst host) -> FCTs (ns) in file order, from an HPCC-format fct.txt."""
+    out: dict[tuple[int, int], list[int]] = {}
+    for line in path.read_text().splitlines():
+        sip, dip, _, _, _, _, fct, _ = line.split()
+        out.setdefault((int(sip[2:6], 16), int(dip[2:6], 16)), []).append(int(fct))
+    return out
+
+
+def matched_errors(ours: Path, reference: Path) -> np.ndarray:
+    """Per-flow relative FCT error, flows matched by host pair and order."""
+    ref = reference_fcts(reference)
+    errors = []
+    for pair, fcts in reference_fcts(ours).items():
+        errors += [a / b - 1 for a, b in zip(fcts, ref[pair], strict=True)]
+    return np.array(errors)
+
+
+@pytest.mark.parametrize("cc", ["dcqcn", "hpcc"])
+def test_ring8_matches_the_reference(tmp_path, cc):
+    """Each ring flow alone on its path: FCT within 1 % of the reference's, to the frame size."""
+    out = tmp_path / cc
+    api.run(CASES / "ring8" / f"config_{cc}.txt", out)
+    errors = matched_errors(out / "fct.txt", CASES / "ring8" / f"fct_{cc}.txt")
+    assert len(errors) == 8
+    assert np.abs(errors).max() < 0.01
+
+
+def test_incast2_dcqcn_matches_the_reference_to_the_microsecond(tmp_path):
+    api.run(CASES / "incast2" / "config_dcqcn.txt", tmp_path)
+    ours = reference_fcts(tmp_path / "fct.txt")
+    ref = reference_fcts(CASES / "incast2" / "fct_dcqcn.txt")
+    for pair in ref:
+        assert abs(ours[pair][0] - ref[pair][0]) < 1000
+    # The ideal column is the reference's standalone FCT to the ns.
+    assert (tmp_path / "fct.txt").read_text().split()[7] == "842560"
+
+
+# ---- models, in this process ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def h():
+    from bridge.ns3.loader import load
+
+    return load()
+
+
+class Fabric:
+    """A built RDMA network with the flow manager's calls at hand."""
+
+    def __init__(self, h, case: str, parameters: dict, rto: int = 0, cc: str = "dcqcn"):
+        scenario = parse_scenario_dict(
+            {"name": case, "topology": {"kind": "hpcc", "file": str(CASES / case / "topology.txt")},
+             "transport": {"kind": "rdma", "config": str(CASES / case / f"config_{cc}.txt"),
+                           "parameters": parameters, "rto": rto},
+             "flows": [{"src": 1, "dst": 0, "size": 1}]}, None)
+        self.h = h
+        self.topo = build_topology(scenario.topology)
+        configure_transport(h, scenario.transport, 1)
+        self.net = build_network(h, self.topo, scenario.transport, 64, 1)
+        self.fm = self.net.flows
+        self.n = 0
+        self.table = self.fm.GetTable()
+
+    def start(self, src: int, dst: int, size: int) -> tuple[int, int]:
+        conn = int(self.fm.OpenConnection(src, dst))
+        flow = self.n
+        self.n += 1
+        self.fm.StartFlow(flow, conn, size)
+        return flow, conn
+
+    def run_until(self, ns: int) -> None:
+        while self.h.ns.Simulator.Now().GetNanoSeconds() < ns:  # completions stop the run early
+            self.h.wh.RunUntil(ns)
+
+    def rate(self, conn: int) -> float:
+        return float(self.fm.GetSender(conn).GetRateBps())
+
+    def end(self, flow: int) -> int:
+        return int(self.table.GetEndNs(flow))
+
+
+@pytest.fixture
+def fabric(h):
+    made = []
+
+    def make(*args, **kwargs) -> Fabric:
+        made.append(Fabric(h, *args, **kwargs))
+        return made[-1]
+
+    yield make
+    h.ns.Simulator.Destroy()
+
+
+def test_pfc_pauses_an_incast_and_no_packet_is_lost(fabric):
+    """Without ECN and with a 1 MiB buffer, 16 senders overflow the shared buffer: PFC pauses
+    them and the switch drops nothing."""
+    f = fabric("incast16", {"ENABLE_QCN": 0, "BUFFER_SIZE": 1, "HAS_WIN": 0})
+    flows = [f.start(src, 0, 1_000_000)[0] for src in range(1, 17)]
+    f.run_until(5_000_000)
+    b = f.net.builder
+    assert b.GetPfcFrames() > 0 and b.GetPfcLogSize() > 0
+    assert b.GetDrops() == 0 and b.GetLost() == 0
+    assert all(f.end(x) > 0 for x in flows)
+    assert all(f.table.GetDelivered(x) == 1_000_000 for x in flows)
+
+
+def test_go_back_n_recovers_from_injected_loss(fabric):
+    f = fabric("incast2", {"ERROR_RATE_PER_LINK": 0.002}, rto=100_000)
+    a, conn_a = f.start(1, 0, 2_000_000)
+    b, conn_b = f.start(2, 0, 2_000_000)
+    f.run_until(50_000_000)
+    assert f.net.builder.GetLost() > 0
+    assert f.end(a) > 0 and f.end(b) > 0
+    assert f.table.GetDelivered(a) == 2_000_000 and f.table.GetDelivered(b) == 2_000_000
+    assert f.fm.GetSender(conn_a).GetRetransmittedBytes() + f.fm.GetSender(conn_b).GetRetransmittedBytes() > 0
+
+
+def test_dcqcn_cuts_rate_on_cnp_and_recovers(fabric):
+    """Two senders without a window fill the switch queue past KMIN: CNPs cut the long flow's
+    rate; once the short flow ends, the rate timer brings it back towards line rate."""
+    f = fabric("incast2", {"HAS_WIN": 0, "RP_TIMER": 5, "RATE_AI": "5Gb/s", "RATE_HAI": "20Gb/s"})
+    _, long_conn = f.start(1, 0, 20_000_000)
+    f.run_until(10_000)
+    assert f.rate(long_conn) == 100 * GBPS  # alone: line rate, no CNP
+    short, _ = f.start(2, 0, 3_000_000)
+    lowest = 100 * GBPS
+    for t in range(12_000, 200_000, 2_000):
+        f.run_until(t)
+        lowest = min(lowest, f.rate(long_conn))
+    assert lowest < 60 * GBPS
+    assert f.net.builder.GetEcnMarks() > 0
+    f.run_until(1_000_000)
+    assert f.end(short) > 0
+    f.run_until(f.end(short) + 300_000)
+    assert f.rate(long_conn) > 90 * GBPS
+
+
+def test_hpcc_holds_the_bottleneck_at_its_target_and_a_lone_flow_at_line_rate(fabric):
+    f = fabric("incast2", {}, cc="hpcc")
+    _, a = f.start(1, 0, 30_000_000)
+    _, b = f.start(2, 0, 10_000_000)
+    samples = []
+    for t in range(300_000, 700_000, 20_000):
+        f.run_until(t)
+        samples.append(f.rate(a) + f.rate(b))
+    # U_TARGET 0.95 of the 100G bottleneck, shared by the two flows.
+    assert abs(np.mean(samples) / (100 * GBPS) - 0.95) < 0.05
+    # The window follows the rate (VAR_WIN): bytes in flight stay within BDP x rate / line rate.
+    qp = f.fm.GetSender(a)
+    bdp = int(f.net.builder.GetBdpBytes(1, 0))
+    assert qp.GetSndNxt() - qp.GetSndUna() <= bdp * f.rate(a) / (100 * GBPS) + 1100
+    f.run_until(2_500_000)  # b is done: a alone climbs back to line rate
+    assert f.rate(a) > 0.95 * 100 * GBPS
+
+
+def test_a_frozen_partition_keeps_its_buffer_share_at_the_switch(h):
+    """The switch-wide shared buffer couples partitions that share a switch: while one incast is
+    frozen, its queued bytes stay counted, and the other partition's PFC threshold sees them."""
+    from bridge.ns3.network import use_tag_simulator
+
+    use_tag_simulator(h)
+    try:
+        f = Fabric(h, "incast16", {"ENABLE_QCN": 0, "HAS_WIN": 0, "BUFFER_SIZE": 2})
+        sim = h.wh.TagSimulatorImpl.Get()
+        sim.AttachPorts(f.net.builder)
+        b = f.net.builder
+        switch = 17
+        for src in (1, 2):
+            f.start(src, 0, 5_000_000)
+        f.run_until(30_000)
+        held = int(b.GetSharedUsed(switch))
+        assert held > 0
+        # Freeze the incast's partition: the links of hosts 0, 1, 2 (both ports of each).
+        tags = [p for i, link in enumerate(f.topo.links) if {link.a, link.b} & {0, 1, 2} for p in (2 * i, 2 * i + 1)]
+        group = sim.Freeze(np.array(tags, dtype=np.uint32), len(tags))
+        other_in = [2 * i + 1 for i, link in enumerate(f.topo.links) if link.a == 3][0]  # switch port from host 3
+        before = int(b.GetPfcThreshold(other_in))
+        f.start(3, 4, 2_000_000)
+        f.run_until(60_000)
+        assert int(b.GetSharedUsed(switch)) >= held  # the frozen bytes are still in the buffer
+        assert int(b.GetPfcThreshold(other_in)) <= before
+        sim.Thaw(group, 30_000)
+        f.run_until(2_000_000)
+        assert all(f.end(x) > 0 for x in range(3))
+    finally:
+        h.ns.Simulator.Destroy()
+        h.ns.GlobalValue.Bind("SimulatorImplementationType", h.ns.StringValue("ns3::DefaultSimulatorImpl"))
+
+
+# ---- through the engine ---------------------------------------------------------------------------
+
+
+def test_tag_simulator_without_freezing_runs_rdma_exactly_as_stock(tmp_path):
+    """The partition-tag simulator keys on the stock device's transmit chain; RDMA keeps it."""
+    scenario = CASES / "a2a8" / "config_dcqcn.txt"
+    stock = api.run(scenario, tmp_path / "stock")
+    tagged = api.run(scenario, tmp_path / "tag", accel=True, fast_forward=False)
+    pd.testing.assert_series_equal(stock.flows.fct_ns, tagged.flows.fct_ns)
+    assert tagged.summary["accel"]["tagging_errors"] == 0
+
+
+def test_rdma_runs_are_deterministic(tmp_path):
+    scenario = CASES / "incast16" / "config_hpcc.txt"
+    api.run(scenario, tmp_path / "a")
+    api.run(scenario, tmp_path / "b")
+    assert (tmp_path / "a" / "fct.txt").read_bytes() == (tmp_path / "b" / "fct.txt").read_bytes()
+    assert (tmp_path / "a" / "pfc.txt").exists()
