@@ -6,13 +6,14 @@ process on an ns-3 assert, so the CLI and the API never call it in their own pro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from cache_store import CacheError
 
@@ -160,7 +161,10 @@ def port_properties(topology: Topology, mtu: int) -> Ports:
 
 def open_memo(scenario: Scenario, path: str | Path | None = None) -> Memo:
     """The memo records of this scenario's configuration in the store at `path` (or the default)."""
-    settings = {"transport": scenario.transport.model_dump(mode="json"),
+    transport = scenario.transport
+    # An RDMA transport counts by its resolved parameters (its config file by content, not path).
+    settings = {"transport": (dataclasses.asdict(transport.resolved()) if transport.kind == "rdma"
+                              else transport.model_dump(mode="json")),
                 "accel": scenario.accel.model_dump(mode="json"),
                 "versions": {"wormhole": __version__, "ns3": ns3_version(), "record_model": RECORD_MODEL}}
     try:

@@ -152,7 +152,8 @@ def _point(where: str, base: Path, raw: dict, values: dict) -> Point:
     # The point's file lives elsewhere: name referenced files by their resolved absolute paths.
     for holder, key, resolved in ((data, "flow_file", scenario.flow_file),
                                   (data.get("topology"), "file", getattr(scenario.topology, "file", None)),
-                                  (data.get("aicb"), "file", scenario.aicb and scenario.aicb.file)):
+                                  (data.get("aicb"), "file", scenario.aicb and scenario.aicb.file),
+                                  (data.get("transport"), "config", getattr(scenario.transport, "config", None))):
         if resolved is not None:
             holder[key] = str(resolved)
     # The id names the point by what was written in the sweep file, so it survives edits elsewhere.

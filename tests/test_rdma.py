@@ -196,7 +196,7 @@ def test_a_frozen_partition_keeps_its_buffer_share_at_the_switch(h):
         # Freeze the incast's partition: the links of hosts 0, 1, 2 (both ports of each).
         tags = [p for i, link in enumerate(f.topo.links) if {link.a, link.b} & {0, 1, 2} for p in (2 * i, 2 * i + 1)]
         group = sim.Freeze(np.array(tags, dtype=np.uint32), len(tags))
-        other_in = [2 * i + 1 for i, link in enumerate(f.topo.links) if link.a == 3][0]  # switch port from host 3
+        other_in = next(2 * i + 1 for i, link in enumerate(f.topo.links) if link.a == 3)  # switch port from host 3
         before = int(b.GetPfcThreshold(other_in))
         f.start(3, 4, 2_000_000)
         f.run_until(60_000)

@@ -120,7 +120,7 @@ class FastForward:
         self.scales = sorted({1, spec.coarse})
         self.capacity = spec.window * spec.coarse + 2
         self.probe = wh.RateProbe(net.flows.GetTable(), net.builder, self.capacity)
-        self.probe.Start(spec.tau)
+        self.probing = False  # sampling starts with the first flow (workloads may start late)
         self.times = np.zeros(self.capacity, dtype=np.int64)
         self.delivered = np.zeros((self.capacity, n_flows), dtype=np.uint64)
         self.queues = np.zeros((self.capacity, net.n_ports), dtype=np.uint32)
@@ -147,6 +147,9 @@ class FastForward:
 
     def flow_started(self, flow: int, conn: int, hosts: tuple[int, int], now: int) -> None:
         t0 = time.perf_counter()
+        if not self.probing:
+            self.probe.Start(self.spec.tau)
+            self.probing = True
         path = self.paths.get(conn)
         if path is None:
             n = int(self.net.flows.GetConnectionPath(conn, self._path_buf, len(self._path_buf)))

@@ -69,7 +69,7 @@ class RdmaIdealFct(IdealFct):
         delay, rates = self._path(src, dst)
         packets = -(-size // self.mss)
         rtt = 2 * delay + sum(self.mss * 8 / r * 1e9 for r in rates)
-        return int(round(rtt + (size + packets * self.HEADER) * 8 / min(rates) * 1e9))
+        return round(rtt + (size + packets * self.HEADER) * 8 / min(rates) * 1e9)
 
 
 def flows_frame(workload: Workload, run: Execution, ideal: IdealFct) -> pd.DataFrame:
@@ -100,8 +100,7 @@ def write_pfc_txt(network, path: Path) -> None:
     if n:
         network.ReadPfcLog(*cols, n)
     with open(path, "w") as out:
-        for row in zip(*(c.tolist() for c in cols)):
-            out.write(" ".join(map(str, row)) + "\n")
+        out.writelines(" ".join(map(str, row)) + "\n" for row in zip(*(c.tolist() for c in cols)))
 
 
 def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
