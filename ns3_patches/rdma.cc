@@ -1298,6 +1298,7 @@ RdmaFabric::ChangeRate(RdmaQp* qp, double rate)
         qp->nextAvailPs += int64_t(std::llround(bits / rate - bits / qp->rate));
     }
     qp->rate = rate;
+    ScheduleWake(qp->port); // a faster rate may pull the NIC's wake-up earlier
 }
 
 void
