@@ -25,7 +25,7 @@ from .errors import CacheFileError
 from .ns3.loader import load, ns3_version
 from .ns3.network import build_network, configure_transport, segment_size, use_tag_simulator
 from .report.tables import (IdealFct, RdmaIdealFct, accel_summary, fct_stats, flows_frame, iterations_frame,
-                            partitions_frame, write_fct_txt, write_pfc_txt)
+                            partitions_frame, write_fct_txt, write_pfc_txt, write_qlen_csv)
 from .scenario import Scenario, with_accel_overrides
 from .topology import Topology, build_topology
 from .workload.dag import Workload
@@ -82,6 +82,9 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
         memo = open_memo(scenario, options.cache) if options.memo and options.fast_forward else None
         ff = FastForward(net, len(workload.flows), scenario.accel, options.fast_forward, memo,
                          port_properties(topology, scenario.transport.mtu))
+    if net.rdma:
+        params = scenario.transport.resolved()
+        net.builder.MonitorQueues(params.qlen_mon_start_ns, params.qlen_mon_end_ns, params.qlen_mon_interval_ns)
     build_s = time.perf_counter() - t_build
     stop = options.stop_time_ns or scenario.stop_time or DEFAULT_STOP_TIME_NS
     run = Executor(workload, net, stop, progress, fast_forward=ff).run()
@@ -117,6 +120,7 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
     if net.rdma:
         summary["rdma"] = rdma_summary(net)
         write_pfc_txt(net.builder, out_dir / "pfc.txt")
+        write_qlen_csv(net.builder, out_dir / "qlen.csv")
     if ff is not None:
         summary["accel"] = accel_summary(ff, flows, scenario.accel)
         partitions_frame(ff.stats.intervals).to_csv(out_dir / "partitions.csv", index=False)

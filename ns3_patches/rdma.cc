@@ -336,6 +336,32 @@ class RdmaFabric
     uint64_t ecnMarks = 0;
     std::vector<PfcEvent> pfcLog;
 
+    struct QueueSample
+    {
+        int64_t timeNs;
+        uint32_t node;
+        uint32_t ifIndex;
+        uint64_t bytes;
+    };
+
+    std::vector<QueueSample> queueSamples;
+
+    void SampleQueues(int64_t endNs, int64_t intervalNs)
+    {
+        int64_t now = Simulator::Now().GetNanoSeconds();
+        for (const Port& port : ports)
+        {
+            if (!isHost[port.node] && port.queue->bytes > 0)
+            {
+                queueSamples.push_back({now, port.node, port.ifIndex, port.queue->bytes});
+            }
+        }
+        if (now + intervalNs < endNs)
+        {
+            Simulator::Schedule(NanoSeconds(intervalNs), &RdmaFabric::SampleQueues, this, endNs, intervalNs);
+        }
+    }
+
     void Build(uint32_t nNodes,
                const uint8_t* host,
                uint32_t nLinks,
@@ -1635,6 +1661,40 @@ RdmaNetwork::ReadPfcLog(int64_t* timeNs,
         nodeType[i] = e.nodeType;
         ifIndex[i] = e.ifIndex;
         type[i] = e.type;
+    }
+    return n;
+}
+
+void
+RdmaNetwork::MonitorQueues(int64_t startNs, int64_t endNs, int64_t intervalNs)
+{
+    int64_t now = Simulator::Now().GetNanoSeconds();
+    if (endNs <= std::max(startNs, now) || intervalNs <= 0)
+    {
+        return;
+    }
+    Simulator::Schedule(NanoSeconds(std::max(startNs, now) - now), &RdmaFabric::SampleQueues, m_fabric.get(), endNs,
+                        intervalNs);
+}
+
+uint64_t
+RdmaNetwork::GetQueueSampleCount() const
+{
+    return m_fabric->queueSamples.size();
+}
+
+uint32_t
+RdmaNetwork::ReadQueueSamples(int64_t* timeNs, uint32_t* node, uint32_t* ifIndex, uint64_t* bytes, uint32_t cap)
+    const
+{
+    uint32_t n = uint32_t(std::min<size_t>(cap, m_fabric->queueSamples.size()));
+    for (uint32_t i = 0; i < n; i++)
+    {
+        const RdmaFabric::QueueSample& q = m_fabric->queueSamples[i];
+        timeNs[i] = q.timeNs;
+        node[i] = q.node;
+        ifIndex[i] = q.ifIndex;
+        bytes[i] = q.bytes;
     }
     return n;
 }

@@ -205,6 +205,15 @@ class RdmaNetwork : public PortNetwork
                         uint32_t cap) const;
     uint64_t GetPfcLogSize() const;
 
+    /// Sample every switch port's queued bytes every `intervalNs` from `startNs` until `endNs`
+    /// (the reference's QLEN_MON_START/END); samples of empty queues are not kept.
+    void MonitorQueues(int64_t startNs, int64_t endNs, int64_t intervalNs);
+    uint64_t GetQueueSampleCount() const;
+    /// The oldest min(cap, count) samples (time, switch node, port's index on it, bytes); returns
+    /// their number.
+    uint32_t ReadQueueSamples(int64_t* timeNs, uint32_t* node, uint32_t* ifIndex, uint64_t* bytes,
+                              uint32_t cap) const;
+
     RdmaFabric* GetFabric() const;
 
   private:

@@ -228,3 +228,30 @@ def test_rdma_runs_are_deterministic(tmp_path):
     api.run(scenario, tmp_path / "b")
     assert (tmp_path / "a" / "fct.txt").read_bytes() == (tmp_path / "b" / "fct.txt").read_bytes()
     assert (tmp_path / "a" / "pfc.txt").exists()
+
+
+def test_yaml_scenario_writes_pfc_and_queue_samples(tmp_path):
+    """An RDMA scenario in YAML (the reference's files by path, keys overridden): pfc.txt in the
+    reference's format, queue samples within QLEN_MON_START..END, fct.txt for every flow."""
+    start = 2_000_000_000  # the flows start at 2 s
+    scenario = tmp_path / "incast.yaml"
+    scenario.write_text(f"""
+name: incast-pfc
+topology: {{kind: hpcc, file: {CASES / 'incast16' / 'topology.txt'}}}
+flow_file: {CASES / 'incast16' / 'flow.txt'}
+transport:
+  kind: rdma
+  config: {CASES / 'incast16' / 'config_dcqcn.txt'}
+  parameters: {{ENABLE_QCN: 0, HAS_WIN: 0, BUFFER_SIZE: 1, QLEN_MON_START: {start}, QLEN_MON_END: {start + 200_000}}}
+""")
+    result = api.run(scenario, tmp_path / "out")
+    assert result.summary["flows_finished"] == 16
+    assert result.summary["rdma"]["pfc_frames"] > 0 and result.summary["rdma"]["drops"] == 0
+    events = [line.split() for line in (tmp_path / "out" / "pfc.txt").read_text().splitlines()]
+    assert events and all(len(e) == 5 and e[4] in ("0", "1") for e in events)
+    assert {e[4] for e in events} == {"0", "1"}  # paused and resumed
+    assert all(e[1] != "17" for e in events)     # only hosts are paused (the switch's buffer fills)
+    qlen = pd.read_csv(tmp_path / "out" / "qlen.csv")
+    assert len(qlen) > 0 and (qlen.switch == 17).all() and (qlen.bytes > 0).all()
+    assert qlen.time_ns.min() >= start and qlen.time_ns.max() < start + 200_000
+    assert len((tmp_path / "out" / "fct.txt").read_text().splitlines()) == 16

@@ -14,7 +14,8 @@ The end of every flow is simulated packet by packet, so FCTs come out of ns-3 it
 
 When a partition forms and the memo holds an isomorphic one, the partition is frozen at once for
 the stored transient plus the steady time after it; at thaw each flow skips its transient bytes
-and the steady bytes after them, and gets the stored congestion state (cwnd, ssthresh, DCTCP alpha).
+and the steady bytes after them, and gets the stored congestion state (TCP: cwnd, ssthresh, DCTCP
+alpha; RDMA: the QP's rate, DCQCN target rate and alpha or HPCC reference rate and U).
 
 Known inexactness: TCP state holding absolute times sees the jump; RTT samples of segments in
 flight at the freeze come out dT long and inflate the RTO for about 0.5 ms after a thaw. Without
@@ -302,8 +303,9 @@ class FastForward:
             # keeps the state it had (the flow resumes its own ramp with the bytes it was credited).
             if frozen.memo is not None and shift >= frozen.memo.transient_ns and frozen.memo.states.get(flow):
                 state = frozen.memo.states[flow]
+                first, second, third = self.net.cc_state_keys
                 self.net.flows.GetSender(conn).SetCongestionState(
-                    state.get("cwnd", 0.0), state.get("ssthresh", 0.0), state.get("alpha", -1.0))
+                    state.get(first, 0.0), state.get(second, 0.0), state.get(third, -1.0))
         self.stats.thaws += 1
         self.stats.skip_backs += 0 if planned else 1
         self.stats.frozen_ns += shift
@@ -382,9 +384,10 @@ class FastForward:
         n = int(self.net.flows.GetSender(self.conn_of[flow]).GetCongestionState(self._cc_buf, len(self._cc_buf)))
         if n < 3:
             return {}
-        state = {"cwnd": float(self._cc_buf[0]), "ssthresh": float(self._cc_buf[1])}
+        first, second, third = self.net.cc_state_keys
+        state = {first: float(self._cc_buf[0]), second: float(self._cc_buf[1])}
         if self._cc_buf[2] >= 0:
-            state["alpha"] = float(self._cc_buf[2])
+            state[third] = float(self._cc_buf[2])
         return state
 
     def _owed(self, flow: int, rate: float) -> float:

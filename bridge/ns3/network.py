@@ -30,6 +30,8 @@ class Ns3Network:
     flows: object               # wormhole::FlowManager
     n_ports: int
     rdma: bool = False          # RdmaNetwork / RdmaFlowManager instead of TCP/IP
+    # Names of the three numbers a sender's Get/SetCongestionState carry (memo records keep them).
+    cc_state_keys: tuple[str, str, str] = ("cwnd", "ssthresh", "alpha")
 
     def now_ns(self) -> int:
         return int(self.h.ns.Simulator.Now().GetNanoSeconds())
@@ -83,7 +85,10 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
         builder = h.wh.RdmaNetwork()
         builder.Build(topology.n_nodes, is_host, len(links), a, b, rate, delay, config)
         flows = h.wh.RdmaFlowManager(builder, n_flows)
-        return Ns3Network(h=h, builder=builder, flows=flows, n_ports=int(builder.GetNPorts()), rdma=True)
+        keys = (("rate_bps", "reference_rate_bps", "u") if config.ccMode == 3
+                else ("rate_bps", "target_rate_bps", "alpha"))
+        return Ns3Network(h=h, builder=builder, flows=flows, n_ports=int(builder.GetNPorts()), rdma=True,
+                          cc_state_keys=keys)
     config = h.wh.QueueConfig()
     config.queuePackets = transport.queue_size
     config.ecnMarking = transport.kind == "dctcp"

@@ -103,6 +103,17 @@ def write_pfc_txt(network, path: Path) -> None:
         out.writelines(" ".join(map(str, row)) + "\n" for row in zip(*(c.tolist() for c in cols)))
 
 
+def write_qlen_csv(network, path: Path) -> None:
+    """Switch queue samples of an RDMA run (transport parameters QLEN_MON_START/END/INTERVAL):
+    time_ns, switch, if_index (the port's index on its switch), bytes; empty queues left out."""
+    n = int(network.GetQueueSampleCount())
+    cols = [np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.uint32), np.zeros(n, dtype=np.uint32),
+            np.zeros(n, dtype=np.uint64)]
+    if n:
+        network.ReadQueueSamples(*cols, n)
+    pd.DataFrame(dict(zip(("time_ns", "switch", "if_index", "bytes"), cols, strict=True))).to_csv(path, index=False)
+
+
 def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
     merged: list[tuple[int, int]] = []
     for s, e in sorted(intervals):

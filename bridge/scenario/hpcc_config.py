@@ -73,6 +73,9 @@ class RdmaParameters:
     pause_time_us: int               # PAUSE_TIME
     rto_ns: int                      # transport.rto (0: none, as the reference)
     int_multi: int                   # INT_MULTI
+    qlen_mon_start_ns: int           # QLEN_MON_START: switch queue samples (qlen.csv) from ...
+    qlen_mon_end_ns: int             # QLEN_MON_END: ... until (the same: no samples)
+    qlen_mon_interval_ns: int        # QLEN_MON_INTERVAL (ours; the reference samples every 100 ns)
 
     @property
     def mtu(self) -> int:
@@ -290,6 +293,9 @@ _KEYS: dict[str, tuple[Callable[[list[str]], object], str | None]] = {
     "KMAX_MAP": (_ecn_map("k"), None),
     "PMAX_MAP": (_ecn_map("p"), None),
     "PAUSE_TIME": (_int(0), "pause_time_us"),
+    "QLEN_MON_START": (_int(0), "qlen_mon_start_ns"),
+    "QLEN_MON_END": (_int(0), "qlen_mon_end_ns"),
+    "QLEN_MON_INTERVAL": (_int(1), "qlen_mon_interval_ns"),
 }
 # Keys of a config file that are not transport parameters: the run's files and stop time, and
 # what we accept and ignore (monitors, tracing, PINT, DCTCP, the PFC threshold mode).
@@ -302,8 +308,6 @@ _FILE_KEYS: dict[str, Callable[[list[str]], object]] = {
     "FCT_OUTPUT_FILE": _anything,
     "PFC_OUTPUT_FILE": _anything,
     "QLEN_MON_FILE": _anything,
-    "QLEN_MON_START": _anything,
-    "QLEN_MON_END": _anything,
     "USE_DYNAMIC_PFC_THRESHOLD": _anything,
     "PINT_LOG_BASE": _anything,
     "PINT_PROB": _anything,
@@ -352,6 +356,9 @@ DEFAULTS: Mapping[str, object] = MappingProxyType({
     "KMAX_MAP": tuple((g * 10**9, kmax * 1000) for g, (_, kmax) in _ECN_DEFAULTS.items()),
     "PMAX_MAP": tuple((g * 10**9, 0.2) for g in _ECN_DEFAULTS),
     "PAUSE_TIME": 5,
+    "QLEN_MON_START": 0,
+    "QLEN_MON_END": 0,
+    "QLEN_MON_INTERVAL": 1000,
 })
 
 
