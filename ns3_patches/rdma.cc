@@ -201,6 +201,7 @@ class RdmaPortQueue : public Queue<Packet>
     {
         Ptr<Packet> packet;
         uint32_t inPort;
+        bool data; //!< a DATA frame (ECN and INT apply)
     };
 
     static TypeId GetTypeId()
@@ -217,6 +218,7 @@ class RdmaPortQueue : public Queue<Packet>
     uint32_t rrLast = 0;
     bool swallow = false;   //!< the next Enqueue is the kick marker
     bool inDequeue = false; //!< the device is inside our Dequeue: a kick now would re-enter it
+    bool busy = false;      //!< the device is transmitting what our last Dequeue returned
 
     bool Enqueue(Ptr<Packet>) override
     {
@@ -397,7 +399,7 @@ class RdmaFabric
     void ScheduleWake(uint32_t port);
     void Wake(uint32_t port);
     void Kick(uint32_t port);
-    void Enqueue(uint32_t port, uint32_t cls, Ptr<Packet> p, uint32_t inPort);
+    void Enqueue(uint32_t port, uint32_t cls, Ptr<Packet> p, uint32_t inPort, bool data = false);
 
     // QP state
     uint64_t Window(const RdmaQp* qp) const;
@@ -427,6 +429,9 @@ RdmaPortQueue::Dequeue()
     inDequeue = true;
     Ptr<Packet> p = fabric->isHost[fabric->ports[port].node] ? fabric->HostDequeue(port) : fabric->SwitchDequeue(port);
     inDequeue = false;
+    // The stock device dequeues exactly when its wire is free (in Send when idle, in
+    // TransmitComplete otherwise): a packet returned here keeps it busy until the next call.
+    busy = p != nullptr;
     return p;
 }
 
@@ -738,7 +743,7 @@ RdmaFabric::Forward(uint32_t inPort, Ptr<Packet> p, const RdmaHeader& h)
             SendPfc(inPort, cls, true);
         }
     }
-    Enqueue(out, cls, p, inPort);
+    Enqueue(out, cls, p, inPort, h.type == DATA);
 }
 
 void
@@ -756,14 +761,14 @@ RdmaFabric::SendPfc(uint32_t port, uint32_t cls, bool pause)
 }
 
 void
-RdmaFabric::Enqueue(uint32_t port, uint32_t cls, Ptr<Packet> p, uint32_t inPort)
+RdmaFabric::Enqueue(uint32_t port, uint32_t cls, Ptr<Packet> p, uint32_t inPort, bool data)
 {
     PppHeader ppp;
     ppp.SetProtocol(PPP_IPV4);
     p->AddHeader(ppp);
     RdmaPortQueue& q = *ports[port].queue;
     q.bytes += p->GetSize();
-    q.q[cls].push_back({p, inPort});
+    q.q[cls].push_back({p, inPort, data});
     Kick(port);
 }
 
@@ -798,11 +803,7 @@ RdmaFabric::SwitchDequeue(uint32_t port)
         in.hdrm[cls] -= fromHdrm;
         out.egress[cls] -= size;
 
-        PppHeader ppp;
-        p->RemoveHeader(ppp);
-        RdmaHeader h;
-        p->PeekHeader(h);
-        if (h.type == DATA)
+        if (item.data)
         {
             bool mark = false;
             if (cfg.enableEcn && out.egress[cls] > out.kmin)
@@ -811,12 +812,17 @@ RdmaFabric::SwitchDequeue(uint32_t port)
                        out.ecnDraw->GetValue() <
                            out.pmax * double(out.egress[cls] - out.kmin) / double(out.kmax - out.kmin);
             }
-            if (mark && !(h.flags & FLAG_CE))
+            if (mark)
             {
+                // Headers are only taken apart for a mark (rare): set CE in place of the old header.
+                PppHeader ppp;
+                RdmaHeader h;
+                p->RemoveHeader(ppp);
                 p->RemoveHeader(h);
+                ecnMarks += (h.flags & FLAG_CE) ? 0 : 1;
                 h.flags |= FLAG_CE;
                 p->AddHeader(h);
-                ecnMarks++;
+                p->AddHeader(ppp);
             }
             if (cfg.ccMode == 3)
             {
@@ -829,7 +835,6 @@ RdmaFabric::SwitchDequeue(uint32_t port)
                 p->AddPacketTag(tag);
             }
         }
-        p->AddHeader(ppp);
 
         shared = in.ingress[cls] > cfg.reserveBytes ? in.ingress[cls] - cfg.reserveBytes : 0;
         if (in.pauseSent[cls] && in.hdrm[cls] == 0 &&
@@ -1073,9 +1078,9 @@ void
 RdmaFabric::Kick(uint32_t port)
 {
     Port& P = ports[port];
-    if (P.queue->inDequeue || !CanSend(port))
+    if (P.queue->busy || P.queue->inDequeue || !CanSend(port))
     {
-        return; // the device is choosing its next packet right now, or has nothing to take
+        return; // the device will dequeue when its wire frees up, is choosing now, or has nothing to take
     }
     P.queue->swallow = true;
     P.dev->Send(Create<Packet>(), P.dev->GetBroadcast(), ETHER_IPV4);
