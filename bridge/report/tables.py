@@ -83,13 +83,17 @@ def flows_frame(workload: Workload, run: Execution, ideal: IdealFct) -> pd.DataF
 
 
 def write_fct_txt(flows: pd.DataFrame, path: Path) -> None:
-    """HPCC format: `sip dip sport dport size start_ns fct_ns ideal_fct_ns`, host n = 0b00nn01."""
+    """HPCC format: `sip dip sport dport size start_ns fct_ns ideal_fct_ns`, host n = 0b00nn01;
+    source ports count from 10000 per host pair in flow order, as the reference numbers them."""
+    next_port: dict[tuple[int, int], int] = {}
     with open(path, "w") as out:
         for r in flows.itertuples(index=False):
+            sport = next_port.get((r.src, r.dst), 10000)
+            next_port[r.src, r.dst] = sport + 1
             if r.end_ns < 0:
                 continue
             out.write(f"{0x0b000001 + (r.src << 8):08x} {0x0b000001 + (r.dst << 8):08x} "
-                      f"10000 100 {r.size_bytes} {r.start_ns} {r.fct_ns} {r.ideal_fct_ns}\n")
+                      f"{sport} 100 {r.size_bytes} {r.start_ns} {r.fct_ns} {r.ideal_fct_ns}\n")
 
 
 def write_pfc_txt(network, path: Path) -> None:
