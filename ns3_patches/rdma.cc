@@ -1078,9 +1078,17 @@ void
 RdmaFabric::Kick(uint32_t port)
 {
     Port& P = ports[port];
-    if (P.queue->busy || P.queue->inDequeue || !CanSend(port))
+    if (P.queue->busy || P.queue->inDequeue)
     {
-        return; // the device will dequeue when its wire frees up, is choosing now, or has nothing to take
+        return; // the device will dequeue when its wire frees up, or is choosing right now
+    }
+    if (!CanSend(port))
+    {
+        if (isHost[P.node])
+        {
+            ScheduleWake(port); // an idle NIC whose QPs are only held back by pacing
+        }
+        return;
     }
     P.queue->swallow = true;
     P.dev->Send(Create<Packet>(), P.dev->GetBroadcast(), ETHER_IPV4);
