@@ -266,8 +266,11 @@ class FastForward:
             scale = next((s for s, b in blocks.items() if _spread(b[:, i]) < spec.theta), None)
             if scale is None:
                 return
-            # The median block: the oldest block of a window may still hold the flow's ramp-up.
-            rates[flow] = float(np.median(blocks[scale][:, i])) / (scale * spec.tau)   # bytes per ns
+            # The mean of all blocks but the oldest (which may still hold the flow's ramp-up). Not
+            # the median: deliveries come in whole packets, and the median of a block's packet
+            # count rounds the rate down (2 DCQCN flows on a 100G port: 48.0 instead of 48.17 Gbps,
+            # every thawed flow 0.35 % late).
+            rates[flow] = float(blocks[scale][1:, i].mean()) / (scale * spec.tau)     # bytes per ns
         if not rates:
             return
         if st.forming is not None:
