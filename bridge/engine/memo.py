@@ -35,8 +35,9 @@ from ..errors import CacheFileError
 
 WL_ITERATIONS = 3
 # Part of every fingerprint: bump it when what a record means changes, so that old records are
-# never applied with the new meaning (2: transient bytes include those on the wire at the end).
-RECORD_MODEL = 2
+# never applied with the new meaning (2: transient bytes include those on the wire at the end;
+# 3: steady rates are the mean of the window's newer blocks, no longer the median block).
+RECORD_MODEL = 3
 
 
 def default_cache_path() -> Path:
