@@ -82,9 +82,6 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
         memo = open_memo(scenario, options.cache) if options.memo and options.fast_forward else None
         ff = FastForward(net, len(workload.flows), scenario.accel, options.fast_forward, memo,
                          port_properties(topology, scenario.transport.mtu))
-    if net.rdma:
-        params = scenario.transport.resolved()
-        net.builder.MonitorQueues(params.qlen_mon_start_ns, params.qlen_mon_end_ns, params.qlen_mon_interval_ns)
     build_s = time.perf_counter() - t_build
     stop = options.stop_time_ns or scenario.stop_time or DEFAULT_STOP_TIME_NS
     run = Executor(workload, net, stop, progress, fast_forward=ff).run()
@@ -135,11 +132,11 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
 def rdma_summary(net) -> dict:
     """Fabric counters of an RDMA run."""
     b = net.builder
+    qps = [net.flows.GetSender(c) for c in range(int(b.GetNQps()))]
     return {"pfc_frames": int(b.GetPfcFrames()), "drops": int(b.GetDrops()), "lost": int(b.GetLost()),
             "ecn_marks": int(b.GetEcnMarks()),
-            "retransmitted_bytes": sum(int(net.flows.GetSender(c).GetRetransmittedBytes())
-                                       for c in range(int(b.GetNQps()))),
-            "timeouts": sum(int(net.flows.GetSender(c).GetTimeouts()) for c in range(int(b.GetNQps())))}
+            "retransmitted_bytes": sum(int(qp.GetRetransmittedBytes()) for qp in qps),
+            "timeouts": sum(int(qp.GetTimeouts()) for qp in qps)}
 
 
 def _mode(options: RunOptions) -> str:

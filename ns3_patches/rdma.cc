@@ -382,6 +382,11 @@ class RdmaFabric
                  NetDevice::PacketType);
     void Forward(uint32_t inPort, Ptr<Packet> p, const RdmaHeader& h);
     uint64_t PfcThreshold(uint32_t port) const;
+    /// Bytes of an ingress (port, class) beyond its reserve: its use of the shared buffer.
+    uint64_t SharedBytes(const Port& in, uint32_t cls) const
+    {
+        return in.ingress[cls] > cfg.reserveBytes ? in.ingress[cls] - cfg.reserveBytes : 0;
+    }
     void SendPfc(uint32_t port, uint32_t cls, bool pause);
     Ptr<Packet> SwitchDequeue(uint32_t port);
 
@@ -403,6 +408,11 @@ class RdmaFabric
 
     // QP state
     uint64_t Window(const RdmaQp* qp) const;
+    bool WindowBound(const RdmaQp* qp) const
+    {
+        uint64_t w = Window(qp);
+        return w != 0 && qp->sndNxt - qp->sndUna >= w;
+    }
     uint64_t BytesLeft(const RdmaQp* qp) const { return qp->size - qp->sndNxt; }
     void Acknowledge(RdmaQp* qp, uint64_t seq);
     void ResetCc(RdmaQp* qp);
@@ -715,7 +725,7 @@ RdmaFabric::Forward(uint32_t inPort, Ptr<Packet> p, const RdmaHeader& h)
     {
         Port& in = ports[inPort];
         Switch& sw = switches[node];
-        uint64_t shared = in.ingress[cls] > cfg.reserveBytes ? in.ingress[cls] - cfg.reserveBytes : 0;
+        uint64_t shared = SharedBytes(in, cls);
         if (size + in.hdrm[cls] > in.headroom && size + shared > PfcThreshold(inPort))
         {
             drops++;
@@ -736,7 +746,7 @@ RdmaFabric::Forward(uint32_t inPort, Ptr<Packet> p, const RdmaHeader& h)
             sw.sharedUsed += std::min(size, after - cfg.reserveBytes);
         }
         ports[out].egress[cls] += size;
-        shared = in.ingress[cls] > cfg.reserveBytes ? in.ingress[cls] - cfg.reserveBytes : 0;
+        shared = SharedBytes(in, cls);
         if (!in.pauseSent[cls] && (in.hdrm[cls] > 0 || shared >= PfcThreshold(inPort)))
         {
             in.pauseSent[cls] = true;
@@ -796,7 +806,7 @@ RdmaFabric::SwitchDequeue(uint32_t port)
         Port& in = ports[item.inPort];
         Switch& sw = switches[out.node];
         uint64_t fromHdrm = std::min(in.hdrm[cls], size);
-        uint64_t shared = in.ingress[cls] > cfg.reserveBytes ? in.ingress[cls] - cfg.reserveBytes : 0;
+        uint64_t shared = SharedBytes(in, cls);
         uint64_t fromShared = std::min(size - fromHdrm, shared);
         sw.sharedUsed -= fromShared;
         in.ingress[cls] -= size - fromHdrm;
@@ -836,7 +846,7 @@ RdmaFabric::SwitchDequeue(uint32_t port)
             }
         }
 
-        shared = in.ingress[cls] > cfg.reserveBytes ? in.ingress[cls] - cfg.reserveBytes : 0;
+        shared = SharedBytes(in, cls);
         if (in.pauseSent[cls] && in.hdrm[cls] == 0 &&
             (shared == 0 || shared + cfg.resumeOffsetBytes <= PfcThreshold(item.inPort)))
         {
@@ -920,20 +930,15 @@ RdmaFabric::PickQp(uint32_t port, bool commit)
     Port& P = ports[port];
     size_t n = P.qps.size();
     int64_t nowPs = Simulator::Now().GetPicoSeconds();
+    if (P.queue->paused[cfg.dataClass])
+    {
+        return nullptr;
+    }
     for (size_t i = 0; i < n; i++)
     {
         size_t idx = (P.rr + i) % n;
         RdmaQp* qp = P.qps[idx];
-        if (P.queue->paused[cfg.dataClass] || BytesLeft(qp) == 0)
-        {
-            continue;
-        }
-        uint64_t w = Window(qp);
-        if (w != 0 && qp->sndNxt - qp->sndUna >= w)
-        {
-            continue;
-        }
-        if (qp->nextAvailPs > nowPs)
+        if (BytesLeft(qp) == 0 || WindowBound(qp) || qp->nextAvailPs > nowPs)
         {
             continue;
         }
@@ -1040,16 +1045,19 @@ RdmaFabric::ScheduleWake(uint32_t port)
     Port& P = ports[port];
     int64_t earliest = std::numeric_limits<int64_t>::max();
     int64_t nowPs = Simulator::Now().GetPicoSeconds();
+    if (P.queue->paused[cfg.dataClass])
+    {
+        return; // the resume kicks it
+    }
     for (RdmaQp* qp : P.qps)
     {
-        uint64_t w = Window(qp);
-        if (BytesLeft(qp) == 0 || (w != 0 && qp->sndNxt - qp->sndUna >= w) || qp->nextAvailPs <= nowPs)
+        if (BytesLeft(qp) == 0 || WindowBound(qp) || qp->nextAvailPs <= nowPs)
         {
             continue;
         }
         earliest = std::min(earliest, qp->nextAvailPs);
     }
-    if (earliest == std::numeric_limits<int64_t>::max() || P.queue->paused[cfg.dataClass])
+    if (earliest == std::numeric_limits<int64_t>::max())
     {
         return;
     }
@@ -1178,7 +1186,7 @@ RdmaFabric::ReceiveAck(Ptr<Packet> p, const RdmaHeader& h)
     {
         qp->sndNxt = qp->sndUna; // go-back-N
     }
-    if (BytesLeft(qp) == 0 && qp->sndUna == qp->size)
+    if (qp->sndUna == qp->size)
     {
         ResetCc(qp); // idle: the next flow starts like a new QP, as the reference's one QP per flow
     }

@@ -80,10 +80,12 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
     if transport.kind == "rdma":
         from .rdma import rdma_config
 
-        config = rdma_config(h.wh, transport.resolved())
+        params = transport.resolved()
+        config = rdma_config(h.wh, params)
         config.ecmpSeed = seed
         builder = h.wh.RdmaNetwork()
         builder.Build(topology.n_nodes, is_host, len(links), a, b, rate, delay, config)
+        builder.MonitorQueues(params.qlen_mon_start_ns, params.qlen_mon_end_ns, params.qlen_mon_interval_ns)
         flows = h.wh.RdmaFlowManager(builder, n_flows)
         keys = (("rate_bps", "reference_rate_bps", "u") if config.ccMode == 3
                 else ("rate_bps", "target_rate_bps", "alpha"))

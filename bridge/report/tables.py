@@ -99,10 +99,8 @@ def write_fct_txt(flows: pd.DataFrame, path: Path) -> None:
 def write_pfc_txt(network, path: Path) -> None:
     """The reference's pfc.txt: `time_ns node node_type if_index type` (type 1 pause, 0 resume;
     node_type 1 switch, 0 host), one line per PFC frame received."""
-    n = int(network.GetPfcLogSize())
-    cols = [np.zeros(n, dtype=np.int64)] + [np.zeros(n, dtype=np.uint32) for _ in range(4)]
-    if n:
-        network.ReadPfcLog(*cols, n)
+    cols = _read_columns(int(network.GetPfcLogSize()), network.ReadPfcLog,
+                         (np.int64, np.uint32, np.uint32, np.uint32, np.uint32))
     with open(path, "w") as out:
         out.writelines(" ".join(map(str, row)) + "\n" for row in zip(*(c.tolist() for c in cols)))
 
@@ -110,12 +108,17 @@ def write_pfc_txt(network, path: Path) -> None:
 def write_qlen_csv(network, path: Path) -> None:
     """Switch queue samples of an RDMA run (transport parameters QLEN_MON_START/END/INTERVAL):
     time_ns, switch, if_index (the port's index on its switch), bytes; empty queues left out."""
-    n = int(network.GetQueueSampleCount())
-    cols = [np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.uint32), np.zeros(n, dtype=np.uint32),
-            np.zeros(n, dtype=np.uint64)]
-    if n:
-        network.ReadQueueSamples(*cols, n)
+    cols = _read_columns(int(network.GetQueueSampleCount()), network.ReadQueueSamples,
+                         (np.int64, np.uint32, np.uint32, np.uint64))
     pd.DataFrame(dict(zip(("time_ns", "switch", "if_index", "bytes"), cols, strict=True))).to_csv(path, index=False)
+
+
+def _read_columns(n: int, read, dtypes) -> list[np.ndarray]:
+    """`n` records of a C++ log read column-wise by `read(*columns, n)`."""
+    cols = [np.zeros(n, dtype=d) for d in dtypes]
+    if n:
+        read(*cols, n)
+    return cols
 
 
 def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
