@@ -11,7 +11,7 @@ import yaml
 
 from bridge import api
 from bridge.cli import main
-from bridge.engine.memo import Memo, conflict_graph, fingerprint
+from bridge.engine.memo import FlowPorts, Memo, conflict_graph, fingerprint
 from bridge.errors import CacheFileError
 from cache_store import MemoStore
 
@@ -21,18 +21,37 @@ TINY_MEMO = REPO / "scenarios" / "tiny-memo.yaml"
 
 # -- conflict graphs and lookups ---------------------------------------------------------------
 
+def along(*links: int, reverse: bool = False) -> FlowPorts:
+    """A flow whose data crosses `links` from their a side (or b side), its ACKs the other way."""
+    data = frozenset(2 * link + reverse for link in links)
+    return FlowPorts(data, frozenset(p ^ 1 for p in data))
+
+
 def incast(base: int, labels=("5|a", "3|b", "0|c")):
     """Three flows into one host: flows share the receiver's link, the first two also an uplink."""
     rx, up = base, base + 1
     flows = [10 + base, 11 + base, 12 + base]
-    links = {flows[0]: frozenset({rx, up, base + 2}), flows[1]: frozenset({rx, up, base + 3}),
-             flows[2]: frozenset({rx, base + 4})}
-    return flows, conflict_graph(flows, links, dict(zip(flows, labels)))
+    ports = {flows[0]: along(rx, up, base + 2), flows[1]: along(rx, up, base + 3), flows[2]: along(rx, base + 4)}
+    return flows, conflict_graph(flows, ports, dict(zip(flows, labels)))
 
 
 def test_conflict_graph_weights_are_shared_link_counts():
     _, cg = incast(0)
     assert cg.graph.edges[0, 1]["w"] == 2 and cg.graph.edges[0, 2]["w"] == 1 and cg.graph.edges[1, 2]["w"] == 1
+    assert cg.graph.edges[0, 1]["c"] == 2 and cg.graph.edges[0, 1]["x"] == 0
+
+
+def test_flows_crossing_in_opposite_directions_do_not_match_competing_flows():
+    # Two flows over the same link: the same way they compete for it; opposite ways each one's
+    # data only meets the other's ACKs. Same links, same labels, another record.
+    same = conflict_graph([1, 2], {1: along(7), 2: along(7)}, {1: "0|a", 2: "0|a"})
+    opposite = conflict_graph([1, 2], {1: along(7), 2: along(7, reverse=True)}, {1: "0|a", 2: "0|a"})
+    assert same.graph.edges[0, 1]["w"] == opposite.graph.edges[0, 1]["w"] == 1
+    assert (opposite.graph.edges[0, 1]["c"], opposite.graph.edges[0, 1]["x"]) == (0, 2)
+    assert same.key != opposite.key
+    memo = Memo(None, "fp", "test", warn=print)
+    memo.record(same, 1, {1: 1, 2: 1}, {1: 1.0, 2: 1.0}, {})
+    assert memo.lookup(opposite) is None
 
 
 def test_isomorphic_partition_elsewhere_hits_with_the_right_mapping(tmp_path):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ns3.network import Ns3Network
-from .memo import ConflictGraph, Memo, Transient, conflict_graph, rate_bin
+from .memo import ConflictGraph, FlowPorts, Memo, Transient, conflict_graph, rate_bin
 from .partitions import Partition, Partitions
 
 NEVER = np.iinfo(np.int64).max
@@ -130,7 +130,7 @@ class FastForward:
         self.conn_of: dict[int, int] = {}
         self.conn_flows: dict[int, list[int]] = {}        # active flows per connection, FIFO
         self.paths: dict[int, frozenset[int]] = {}           # per connection: ports of its partition tags
-        self.links: dict[int, frozenset[int]] = {}           # per connection: links its packets cross
+        self.ports_of: dict[int, FlowPorts] = {}          # per connection: ports its data and ACKs leave by
         self.path_labels: dict[int, str] = {}             # per connection: its ports' labels in order
         self.one_way_ns: dict[int, float] = {}            # per connection: data path delay, MTU serialization
         self.next_check_ns = spec.tau * (spec.window + 1)
@@ -159,10 +159,10 @@ class FastForward:
             # port of its link), so a partition holds both ports of every link its flows cross:
             # data and ACKs of a connection may take different spines.
             path = self.paths[conn] = frozenset(ordered) | frozenset(p ^ 1 for p in ordered)
-            self.links[conn] = frozenset(p // 2 for p in ordered)
             if self.memo is not None:
                 self.path_labels[conn] = ",".join(self.ports.labels[p] for p in ordered)
                 data = ordered[:len(ordered) // 2]        # the data path, then the ACK path (same hops)
+                self.ports_of[conn] = FlowPorts(frozenset(data), frozenset(ordered[len(data):]))
                 self.one_way_ns[conn] = sum(self.ports.delays[p] for p in data)
                 self.line_rate[conn] = self.ports.rates[ordered[0]]
         touched = self.parts.touching(path)
@@ -337,7 +337,7 @@ class FastForward:
             rates[f] = self._recent_rate(f, now)
             q = rate_bin(rates[f], self.line_rate[conn], self.spec.memo_bins)
             labels[f] = f"{q}|{self.path_labels[conn]}"
-        graph = conflict_graph(flows, {f: self.links[self.conn_of[f]] for f in flows}, labels)
+        graph = conflict_graph(flows, {f: self.ports_of[self.conn_of[f]] for f in flows}, labels)
         st = self.state[part.id]
         hit = self.memo.lookup(graph)
         if hit is None:

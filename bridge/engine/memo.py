@@ -3,7 +3,8 @@
 When a partition forms (a flow starts and merges partitions, or a flow ends and splits one), its
 flow conflict graph is built: a vertex per flow, labelled by the flow's rate at that moment
 (quantized relative to its first link's rate) and by the rates and delays of the ports on its data
-and ACK paths; an edge between flows that share links, weighted by how many. A canonical hash of
+and ACK paths; an edge between flows that share links, weighted by how many, and by how many of
+those carry both flows' data the same way or one's data against the other's ACKs. A canonical hash of
 the labelled graph finds candidate records, weighted isomorphism (networkx VF2) confirms one and
 maps its stored flows onto the current flows.
 
@@ -36,8 +37,9 @@ from ..errors import CacheFileError
 WL_ITERATIONS = 3
 # Part of every fingerprint: bump it when what a record means changes, so that old records are
 # never applied with the new meaning (2: transient bytes include those on the wire at the end;
-# 3: steady rates are the mean of the window's newer blocks, no longer the median block).
-RECORD_MODEL = 3
+# 3: steady rates are the mean of the window's newer blocks, no longer the median block;
+# 4: edges tell competing data from flows crossing in opposite directions).
+RECORD_MODEL = 4
 
 
 def default_cache_path() -> Path:
@@ -76,25 +78,40 @@ class ConflictGraph:
     key: str                                  # canonical hash: equal for isomorphic graphs
 
 
-def conflict_graph(flows: list[int], links: dict[int, frozenset[int]], labels: dict[int, str]) -> ConflictGraph:
-    """Build the conflict graph of `flows` (sorted) from the links they cross and vertex labels."""
+@dataclass(frozen=True)
+class FlowPorts:
+    """The directed ports (2i: link i's a->b side, 2i+1: b->a) a flow's data and its ACKs leave by."""
+
+    data: frozenset[int]
+    acks: frozenset[int]
+
+    @property
+    def links(self) -> frozenset[int]:
+        return frozenset(p // 2 for p in self.data | self.acks)
+
+
+def conflict_graph(flows: list[int], ports: dict[int, FlowPorts], labels: dict[int, str]) -> ConflictGraph:
+    """Build the conflict graph of `flows` (sorted) from the ports they use and vertex labels.
+
+    An edge joins flows sharing links; it carries how many (w), on how many directed ports both
+    flows' data compete (c), and on how many one flow's data meets the other's ACKs (x). Flows
+    that only cross in opposite directions share links but not bandwidth, and must not match a
+    record of flows that compete (4 pipeline flows on 4 spines share each other's ACK links)."""
     flows = sorted(flows)
     graph = nx.Graph()
-    users: dict[int, list[int]] = {}
     for v, flow in enumerate(flows):
         graph.add_node(v, label=labels[flow])
-        for link in links[flow]:
+    users: dict[int, list[int]] = {}
+    for v, flow in enumerate(flows):
+        for link in ports[flow].links:
             users.setdefault(link, []).append(v)
-    shared: dict[tuple[int, int], int] = {}
-    for vs in users.values():
-        for i, a in enumerate(vs):
-            for b in vs[i + 1:]:
-                edge = (a, b) if a < b else (b, a)
-                shared[edge] = shared.get(edge, 0) + 1
-    for (a, b), w in shared.items():
-        graph.add_edge(a, b, w=w)
-    key = nx.weisfeiler_lehman_graph_hash(graph, node_attr="label", edge_attr="w", iterations=WL_ITERATIONS)
-    return ConflictGraph(flows=flows, graph=graph, key=f"{len(flows)}:{len(shared)}:{key}")
+    pairs = {(a, b) for vs in users.values() for i, a in enumerate(vs) for b in vs[i + 1:]}  # a < b
+    for a, b in sorted(pairs):
+        pa, pb = ports[flows[a]], ports[flows[b]]
+        _add_edge(graph, a, b, len(pa.links & pb.links), len(pa.data & pb.data),
+                  len(pa.data & pb.acks) + len(pa.acks & pb.data))
+    key = nx.weisfeiler_lehman_graph_hash(graph, node_attr="label", edge_attr="wcx", iterations=WL_ITERATIONS)
+    return ConflictGraph(flows=flows, graph=graph, key=f"{len(flows)}:{graph.number_of_edges()}:{key}")
 
 
 @dataclass
@@ -181,8 +198,8 @@ class Memo:
             rec = record.flows.add(vertex=v, label=cg.graph.nodes[v]["label"],
                                    transient_bytes=transient_bytes[flow], steady_rate=rates[flow])
             rec.transport_state.update(states.get(flow, {}))
-        for a, b, w in sorted(cg.graph.edges(data="w")):
-            record.edges.add(a=a, b=b, weight=w)
+        for a, b, e in sorted(cg.graph.edges(data=True)):
+            record.edges.add(a=a, b=b, weight=e["w"], contended=e["c"], data_ack=e["x"])
         self._add(record, graph=cg.graph)
         self.stats.records_written += 1
         if self.store is not None:
@@ -207,7 +224,11 @@ def _same_label(a: dict, b: dict) -> bool:
 
 
 def _same_weight(a: dict, b: dict) -> bool:
-    return a["w"] == b["w"]
+    return a["wcx"] == b["wcx"]
+
+
+def _add_edge(graph: nx.Graph, a: int, b: int, w: int, c: int, x: int) -> None:
+    graph.add_edge(a, b, w=w, c=c, x=x, wcx=f"{w}/{c}/{x}")  # wcx: one attribute to hash and match
 
 
 def _stored_graph(record: MemoRecord) -> nx.Graph:
@@ -215,7 +236,7 @@ def _stored_graph(record: MemoRecord) -> nx.Graph:
     for f in record.flows:
         graph.add_node(f.vertex, label=f.label)
     for e in record.edges:
-        graph.add_edge(e.a, e.b, w=e.weight)
+        _add_edge(graph, e.a, e.b, e.weight, e.contended, e.data_ack)
     return graph
 
 
