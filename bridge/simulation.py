@@ -150,13 +150,14 @@ def _mode(options: RunOptions) -> str:
 def port_properties(topology: Topology, mtu: int) -> Ports:
     """Per port: label (what a memo record's paths must match), rate and one-hop delay."""
     hosts = set(topology.hosts)
-    ports = Ports(labels=[], rates=[], delays=[])
+    ports = Ports(labels=[], rates=[], delays=[], propagation=[])
     for link in topology.links:
         rate = link.rate_bps / 8e9                                   # bytes per ns
         for owner in (link.a, link.b):
             ports.labels.append(f"{'h' if owner in hosts else 's'}{link.rate_bps}/{link.delay_ns}")
             ports.rates.append(rate)
             ports.delays.append(link.delay_ns + mtu / rate)
+            ports.propagation.append(link.delay_ns)
     return ports
 
 

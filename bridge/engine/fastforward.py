@@ -62,15 +62,19 @@ class Ports:
     labels: list[str]             # host NIC or switch port, link rate and delay (memo vertex labels)
     rates: list[float]            # bytes per ns
     delays: list[float]           # propagation + one MTU's serialization, ns
+    propagation: list[float]      # ns
 
 
 @dataclass
 class Forming:
-    """A partition simulated since it formed: recorded when it turns steady."""
+    """A partition simulated since it formed: recorded when it turns steady, or at record_ns if
+    it has not by then (the last moment before any of its flows can get within `margin` of its end)."""
 
     graph: ConflictGraph
     formed_ns: int
     owed: dict[int, float]        # flow index -> bytes delivered or on the wire when the partition formed
+    delivered: dict[int, int]     # flow index -> bytes delivered when the partition formed
+    record_ns: int = NEVER
 
 
 @dataclass
@@ -132,7 +136,7 @@ class FastForward:
         self.paths: dict[int, frozenset[int]] = {}           # per connection: ports of its partition tags
         self.ports_of: dict[int, FlowPorts] = {}          # per connection: ports its data and ACKs leave by
         self.path_labels: dict[int, str] = {}             # per connection: its ports' labels in order
-        self.one_way_ns: dict[int, float] = {}            # per connection: data path delay, MTU serialization
+        self.lag_ns: dict[int, float] = {}                # per connection: how long its deliveries lag its sends
         self.next_check_ns = spec.tau * (spec.window + 1)
         self.stats = FastForwardStats()
         self._path_buf = np.zeros(256, dtype=np.uint32)
@@ -163,7 +167,11 @@ class FastForward:
                 self.path_labels[conn] = ",".join(self.ports.labels[p] for p in ordered)
                 data = ordered[:len(ordered) // 2]        # the data path, then the ACK path (same hops)
                 self.ports_of[conn] = FlowPorts(frozenset(data), frozenset(ordered[len(data):]))
-                self.one_way_ns[conn] = sum(self.ports.delays[p] for p in data)
+                # Delivered bytes count at the receiver (TCP), or at the sender when their ACK
+                # arrives (RDMA: the QP's acknowledged bytes), one ACK path later.
+                acks = ordered[len(data):] if self.net.rdma else []
+                self.lag_ns[conn] = (sum(self.ports.delays[p] for p in data)
+                                     + sum(self.ports.propagation[p] for p in acks))
                 self.line_rate[conn] = self.ports.rates[ordered[0]]
         touched = self.parts.touching(path)
         for pid in touched:
@@ -209,7 +217,8 @@ class FastForward:
         self.stats.control_s += time.perf_counter() - t0
 
     def next_wakeup_ns(self) -> int:
-        planned = min((s.frozen.until_ns for s in self.state.values() if s.frozen), default=NEVER)
+        planned = min((s.frozen.until_ns if s.frozen else s.forming.record_ns if s.forming else NEVER
+                       for s in self.state.values()), default=NEVER)
         return min(planned, self.next_check_ns if self.enabled and len(self.parts) else NEVER)
 
     def wakeup(self, now: int) -> None:
@@ -219,6 +228,8 @@ class FastForward:
         for pid, st in list(self.state.items()):
             if st.frozen and st.frozen.until_ns <= now:
                 self._thaw(pid, now, planned=True)
+            elif st.forming and st.forming.record_ns <= now:
+                self._record(st, self._last_rates(st.forming, now), now, truncated=True)
         if self.enabled and now >= self.next_check_ns:
             self.next_check_ns = now + self.spec.tau * max(1, self.spec.window // 2)
             self._check(now)
@@ -340,28 +351,51 @@ class FastForward:
         graph = conflict_graph(flows, {f: self.ports_of[self.conn_of[f]] for f in flows}, labels)
         st = self.state[part.id]
         hit = self.memo.lookup(graph)
-        if hit is None:
-            st.forming = Forming(graph, now, {f: self._owed(f, rates[f]) for f in flows})
-            return
         spec = self.spec
-        steady = [(self._untransmitted(f) - hit.bytes[f] - spec.margin) / hit.rates[f] if hit.rates[f] > 0 else -1
-                  for f in flows]
+        if hit is None:
+            # Flows too short to turn steady are recorded just before the first of them can get
+            # within `margin` of its end (no flow sends faster than its first link).
+            cut = min(int((self._untransmitted(f) - spec.margin) / self.line_rate[self.conn_of[f]]) for f in flows)
+            table = self.net.flows.GetTable()
+            st.forming = Forming(graph, now, {f: self._owed(f, rates[f]) for f in flows},
+                                 {f: int(table.GetDelivered(f)) for f in flows},
+                                 now + cut if cut >= spec.min_freeze else NEVER)
+            return
+        if hit.truncated:
+            steady = [0.0 if self._untransmitted(f) - hit.bytes[f] - spec.margin >= 0 else -1.0 for f in flows]
+        else:
+            steady = [(self._untransmitted(f) - hit.bytes[f] - spec.margin) / hit.rates[f] if hit.rates[f] > 0
+                      else -1 for f in flows]
         if min(steady) < 0:
             self.memo.stats.not_applied += 1     # flows too short for the stored transient
             return
         until = now + hit.transient_ns + int(min(steady))
         self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=until, rates=hit.rates, memo=hit), now)
 
-    def _record(self, st: PartitionState, rates: dict[int, float], now: int) -> None:
+    def _record(self, st: PartitionState, rates: dict[int, float], now: int, truncated: bool = False) -> None:
         forming, st.forming = st.forming, None
         flows = forming.graph.flows
         # A hit restarts its flows with empty pipes: skipping only the bytes delivered would make
-        # each flow late by its one-way delay, skipping all bytes in flight (queued ones too) early
-        # by its queueing delay. The bytes on the wire (rate x one-way delay) are what the thawed
-        # flow would otherwise owe.
+        # each flow late by the lag of its deliveries, skipping all bytes in flight (queued ones
+        # too) early by its queueing delay. The bytes on the wire (rate x lag) are what the thawed
+        # flow would otherwise owe: it restarts with its bottleneck's share of the path.
         owed = {f: int(self._owed(f, rates[f]) - forming.owed[f]) for f in flows}
         states = {f: self._congestion_state(f) for f in flows}
-        self.memo.record(forming.graph, now - forming.formed_ns, owed, rates, states)
+        self.memo.record(forming.graph, now - forming.formed_ns, owed, rates, states, truncated)
+
+    def _last_rates(self, forming: Forming, now: int) -> dict[int, float]:
+        """Bytes per ns each flow of a forming partition delivered since the latest probe sample at
+        least tau / 2 old (or since the partition formed, if that is later)."""
+        n = self.n_read = int(self.probe.Read(self.times, self.delivered, self.queues, self.capacity))
+        k = int(np.searchsorted(self.times[:n], now - self.spec.tau // 2, side="right")) - 1
+        use_sample = k >= 0 and self.times[k] >= forming.formed_ns
+        since = int(self.times[k]) if use_sample else forming.formed_ns
+        table = self.net.flows.GetTable()
+        rates = {}
+        for f in forming.graph.flows:
+            base = int(self.delivered[k, f]) if use_sample else forming.delivered[f]
+            rates[f] = (int(table.GetDelivered(f)) - base) / max(1, now - since)
+        return rates
 
     def _recent_rate(self, flow: int, now: int) -> float:
         """Bytes per ns `flow` delivered since the sample `coarse` before the last one read by the
@@ -394,8 +428,8 @@ class FastForward:
         return state
 
     def _owed(self, flow: int, rate: float) -> float:
-        """Bytes of `flow` delivered, plus those on the wire at `rate` (bytes per ns)."""
-        return int(self.net.flows.GetTable().GetDelivered(flow)) + rate * self.one_way_ns[self.conn_of[flow]]
+        """Bytes of `flow` delivered, plus those on the wire at `rate` (bytes per ns) for its lag."""
+        return int(self.net.flows.GetTable().GetDelivered(flow)) + rate * self.lag_ns[self.conn_of[flow]]
 
     def _untransmitted(self, flow: int) -> int:
         return int(self.net.flows.GetSender(self.conn_of[flow]).GetUntransmittedOf(flow))

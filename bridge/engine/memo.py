@@ -10,7 +10,8 @@ maps its stored flows onto the current flows.
 
 A record holds what the partition did from forming until it turned steady: the time it took
 (T_conv), the bytes each flow delivered meanwhile, each flow's steady rate and its congestion
-state then. Records live in a `cache_store.MemoStore` under a fingerprint of everything else that
+state then. Flows too short to turn steady leave a truncated record instead: what the partition did
+until just before its first flow could get near its end (a hit skips that much and simulates on). Records live in a `cache_store.MemoStore` under a fingerprint of everything else that
 changes the dynamics (transport and queue settings, detection settings, ns-3 and project versions),
 so a record made under another configuration is never applied. A run sees the store as it was
 when the run started plus its own records: the same scenario, seed and store give the same run.
@@ -38,8 +39,8 @@ WL_ITERATIONS = 3
 # Part of every fingerprint: bump it when what a record means changes, so that old records are
 # never applied with the new meaning (2: transient bytes include those on the wire at the end;
 # 3: steady rates are the mean of the window's newer blocks, no longer the median block;
-# 4: edges tell competing data from flows crossing in opposite directions).
-RECORD_MODEL = 4
+# 4: edges tell competing data from flows crossing in opposite directions; 5: truncated records).
+RECORD_MODEL = 5
 
 
 def default_cache_path() -> Path:
@@ -122,6 +123,7 @@ class Transient:
     bytes: dict[int, int]                     # flow -> bytes to skip: delivered, and on the wire at the end
     rates: dict[int, float]                   # flow -> steady rate, bytes per ns
     states: dict[int, dict[str, float]]       # flow -> congestion state at the end
+    truncated: bool = False                   # no steady phase follows: the flows go on simulated
 
 
 @dataclass
@@ -186,14 +188,15 @@ class Memo:
         return None
 
     def record(self, cg: ConflictGraph, transient_ns: int, transient_bytes: dict[int, int],
-               rates: dict[int, float], states: dict[int, dict[str, float]]) -> None:
-        """Keep what the partition of `cg` did until it turned steady (in memory and in the store),
-        unless an isomorphic partition was recorded meanwhile (several can form at once)."""
+               rates: dict[int, float], states: dict[int, dict[str, float]], truncated: bool = False) -> None:
+        """Keep what the partition of `cg` did until it turned steady, or until it was cut short
+        (truncated), in memory and in the store, unless an isomorphic partition was recorded
+        meanwhile (several can form at once)."""
         if self._match(cg) is not None:
             self.stats.records_duplicate += 1
             return
         record = MemoRecord(schema_version=SCHEMA_VERSION, fingerprint=self.fingerprint, graph_hash=cg.key,
-                            transient_ns=transient_ns, producer=self.producer)
+                            transient_ns=transient_ns, producer=self.producer, truncated=truncated)
         for v, flow in enumerate(cg.flows):
             rec = record.flows.add(vertex=v, label=cg.graph.nodes[v]["label"],
                                    transient_bytes=transient_bytes[flow], steady_rate=rates[flow])
@@ -242,7 +245,7 @@ def _stored_graph(record: MemoRecord) -> nx.Graph:
 
 def _mapped(record: MemoRecord, cg: ConflictGraph, mapping: dict[int, int]) -> Transient:
     by_vertex = {f.vertex: f for f in record.flows}
-    t = Transient(transient_ns=record.transient_ns, bytes={}, rates={}, states={})
+    t = Transient(transient_ns=record.transient_ns, bytes={}, rates={}, states={}, truncated=record.truncated)
     for v, flow in enumerate(cg.flows):
         stored = by_vertex[mapping[v]]
         t.bytes[flow] = stored.transient_bytes
