@@ -51,7 +51,7 @@ def test_flows_crossing_in_opposite_directions_do_not_match_competing_flows():
     assert same.key != opposite.key
     memo = Memo(None, "fp", "test", warn=print)
     memo.record(same, 1, {1: 1, 2: 1}, {1: 1.0, 2: 1.0}, {})
-    assert memo.lookup(opposite) is None
+    assert memo.lookup(opposite) == []
 
 
 def test_isomorphic_partition_elsewhere_hits_with_the_right_mapping(tmp_path):
@@ -63,8 +63,8 @@ def test_isomorphic_partition_elsewhere_hits_with_the_right_mapping(tmp_path):
     # each flow gets the bytes of the stored flow with its label.
     other_flows, other = incast(100, labels=("5|a", "3|b", "0|c"))
     assert other.key == cg.key
-    hit = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "test", warn=print).lookup(other)
-    assert hit is not None and hit.transient_ns == 70_000
+    [hit] = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "test", warn=print).lookup(other)
+    assert hit.transient_ns == 70_000
     assert [hit.bytes[f] for f in other_flows] == [100, 200, 300]
     assert hit.rates[other_flows[2]] == 3.0 and hit.states[other_flows[0]] == {"cwnd": 5.0}
 
@@ -75,7 +75,7 @@ def test_other_labels_miss(tmp_path, labels):
     memo = Memo(None, "fp", "test", warn=print)
     flows, cg = incast(0)
     memo.record(cg, 1, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {})
-    assert memo.lookup(incast(100, labels)[1]) is None
+    assert memo.lookup(incast(100, labels)[1]) == []
     assert (memo.stats.hits, memo.stats.misses) == (0, 1)
 
 
@@ -85,8 +85,8 @@ def test_another_fingerprint_is_never_loaded(tmp_path):
     Memo(store, fingerprint({"ecn_kmin": 20}), "t", warn=print).record(
         cg, 1, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {})
     other = Memo(store, fingerprint({"ecn_kmin": 30}), "t", warn=print)
-    assert other.stats.records_loaded == 0 and other.lookup(cg) is None
-    assert Memo(store, fingerprint({"ecn_kmin": 20}), "t", warn=print).lookup(cg) is not None
+    assert other.stats.records_loaded == 0 and other.lookup(cg) == []
+    assert len(Memo(store, fingerprint({"ecn_kmin": 20}), "t", warn=print).lookup(cg)) == 1
 
 
 # -- end to end on ns-3 ------------------------------------------------------------------------
@@ -223,14 +223,20 @@ def rdma_runs(tmp_path_factory):
 
 def test_flows_too_short_to_turn_steady_leave_a_truncated_record_that_others_reuse(rdma_runs):
     memo = rdma_runs["cold"].summary["accel"]["memo"]
-    assert (memo["records_written"], memo["hits"], memo["misses"], memo["not_applied"]) == (2, 4, 2, 0)
+    # The first short incast matches the long incasts' steady record, too long for it (not applied).
+    assert (memo["records_written"], memo["hits"], memo["misses"], memo["not_applied"]) == (3, 6, 2, 1)
     records = MemoStore(rdma_runs["cache"]).load().records
-    assert sorted(r.truncated for r in records) == [False, True]
+    assert sorted(r.truncated for r in records) == [False, True, True]
+    # The short incast's flows share a link: at line rate the first could near its end after
+    # (400 - 64) KB / 12.5 GB/s = 27 us; slower, the record is planned again and taken later.
+    short_incast = next(r for r in records if r.truncated and len(r.flows) == 2)
+    assert short_incast.transient_ns > 35_000
     flows = rdma_runs["cold"].flows
     short = flows[flows.size_bytes < 1_000_000]
-    # The first short flow is simulated and recorded; the other two skip most of their bytes.
-    assert list(short.bytes_skipped > 0) == [False, True, True]
-    assert (short.bytes_skipped[1:] > 0.7 * short.size_bytes[1:]).all()
+    # The first of each kind is simulated and recorded; the others skip most of their bytes.
+    assert list(short.bytes_skipped > 0) == [False, True, True, False, False, True, True]
+    skipping = short[short.bytes_skipped > 0]
+    assert (skipping.bytes_skipped > 0.5 * skipping.size_bytes).all()
 
 
 def test_rdma_memo_hits_end_flows_on_time(rdma_runs):
@@ -242,9 +248,12 @@ def test_rdma_memo_hits_end_flows_on_time(rdma_runs):
     assert error.max() < 0.002, error.tolist()
 
 
-def test_truncated_records_survive_the_store(tmp_path):
+def test_a_graph_keeps_one_steady_and_one_truncated_record(tmp_path):
     flows, cg = incast(0)
-    Memo(MemoStore(tmp_path / "m.whdb"), "fp", "t", warn=print).record(
-        cg, 30_000, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {}, truncated=True)
-    hit = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "t", warn=print).lookup(incast(100)[1])
-    assert hit is not None and hit.truncated and hit.transient_ns == 30_000
+    memo = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "t", warn=print)
+    for truncated, transient_ns in ((True, 30_000), (False, 70_000), (True, 40_000)):
+        memo.record(cg, transient_ns, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {}, truncated=truncated)
+    assert (memo.stats.records_written, memo.stats.records_duplicate) == (2, 1)
+    steady, truncated = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "t", warn=print).lookup(incast(100)[1])
+    assert (steady.truncated, steady.transient_ns) == (False, 70_000)
+    assert (truncated.truncated, truncated.transient_ns) == (True, 30_000)

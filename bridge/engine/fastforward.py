@@ -35,6 +35,7 @@ from .memo import ConflictGraph, FlowPorts, Memo, Transient, conflict_graph, rat
 from .partitions import Partition, Partitions
 
 NEVER = np.iinfo(np.int64).max
+REPLAN_NS = 2_000     # a truncated record is taken once it is due within this (ns)
 
 
 @dataclass
@@ -67,8 +68,10 @@ class Ports:
 
 @dataclass
 class Forming:
-    """A partition simulated since it formed: recorded when it turns steady, or at record_ns if
-    it has not by then (the last moment before any of its flows can get within `margin` of its end)."""
+    """A partition simulated since it formed: recorded when it turns steady, or else truncated
+    just before any of its flows can get within `margin` of its end. No flow sends faster than its
+    first link: record_ns is planned from that bound and planned again when it comes (flows sharing
+    their links get there later), until it is closer than REPLAN_NS."""
 
     graph: ConflictGraph
     formed_ns: int
@@ -229,7 +232,13 @@ class FastForward:
             if st.frozen and st.frozen.until_ns <= now:
                 self._thaw(pid, now, planned=True)
             elif st.forming and st.forming.record_ns <= now:
-                self._record(st, self._last_rates(st.forming, now), now, truncated=True)
+                cut = self._cut_ns(st.forming.graph.flows)
+                if cut >= REPLAN_NS:
+                    st.forming.record_ns = now + cut
+                elif now - st.forming.formed_ns >= self.spec.min_freeze:
+                    self._record(st, self._last_rates(st.forming, now), now, truncated=True)
+                else:
+                    st.forming.record_ns = NEVER          # too short a transient to be worth a record
         if self.enabled and now >= self.next_check_ns:
             self.next_check_ns = now + self.spec.tau * max(1, self.spec.window // 2)
             self._check(now)
@@ -350,27 +359,32 @@ class FastForward:
             labels[f] = f"{q}|{self.path_labels[conn]}"
         graph = conflict_graph(flows, {f: self.ports_of[self.conn_of[f]] for f in flows}, labels)
         st = self.state[part.id]
-        hit = self.memo.lookup(graph)
-        spec = self.spec
+        # A steady record applies to flows long enough for its transient and a freeze after it; a
+        # truncated one to flows that outlast it by `margin`. None fits: record this partition.
+        candidates = self.memo.lookup(graph)
+        fits = [(t, self._steady_ns(t, flows)) for t in candidates]
+        hit, steady_ns = next(((t, s) for t, s in fits if s >= 0), (None, -1))
         if hit is None:
-            # Flows too short to turn steady are recorded just before the first of them can get
-            # within `margin` of its end (no flow sends faster than its first link).
-            cut = min(int((self._untransmitted(f) - spec.margin) / self.line_rate[self.conn_of[f]]) for f in flows)
+            if candidates:
+                self.memo.stats.not_applied += 1
+            cut = self._cut_ns(flows)
             table = self.net.flows.GetTable()
             st.forming = Forming(graph, now, {f: self._owed(f, rates[f]) for f in flows},
                                  {f: int(table.GetDelivered(f)) for f in flows},
-                                 now + cut if cut >= spec.min_freeze else NEVER)
+                                 now + cut if cut >= 0 else NEVER)
             return
-        if hit.truncated:
-            steady = [0.0 if self._untransmitted(f) - hit.bytes[f] - spec.margin >= 0 else -1.0 for f in flows]
-        else:
-            steady = [(self._untransmitted(f) - hit.bytes[f] - spec.margin) / hit.rates[f] if hit.rates[f] > 0
-                      else -1 for f in flows]
-        if min(steady) < 0:
-            self.memo.stats.not_applied += 1     # flows too short for the stored transient
-            return
-        until = now + hit.transient_ns + int(min(steady))
+        until = now + hit.transient_ns + steady_ns
         self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=until, rates=hit.rates, memo=hit), now)
+
+    def _steady_ns(self, t: Transient, flows: list[int]) -> int:
+        """How long `flows` stay steady after the memoized transient `t` before one of them gets
+        within `margin` of its end (0 after a truncated one); -1 if they are too short for it."""
+        left = {f: self._untransmitted(f) - t.bytes[f] - self.spec.margin for f in flows}
+        if min(left.values()) < 0:
+            return -1
+        if t.truncated:
+            return 0
+        return -1 if any(t.rates[f] <= 0 for f in flows) else int(min(left[f] / t.rates[f] for f in flows))
 
     def _record(self, st: PartitionState, rates: dict[int, float], now: int, truncated: bool = False) -> None:
         forming, st.forming = st.forming, None
@@ -379,9 +393,14 @@ class FastForward:
         # each flow late by the lag of its deliveries, skipping all bytes in flight (queued ones
         # too) early by its queueing delay. The bytes on the wire (rate x lag) are what the thawed
         # flow would otherwise owe: it restarts with its bottleneck's share of the path.
-        owed = {f: int(self._owed(f, rates[f]) - forming.owed[f]) for f in flows}
+        # (never below 0: a flow slowed down since it formed can owe less on the wire than then)
+        owed = {f: max(0, int(self._owed(f, rates[f]) - forming.owed[f])) for f in flows}
         states = {f: self._congestion_state(f) for f in flows}
         self.memo.record(forming.graph, now - forming.formed_ns, owed, rates, states, truncated)
+
+    def _cut_ns(self, flows: list[int]) -> int:
+        """How long until the first of `flows` could get within `margin` of its end at line rate."""
+        return min(int((self._untransmitted(f) - self.spec.margin) / self.line_rate[self.conn_of[f]]) for f in flows)
 
     def _last_rates(self, forming: Forming, now: int) -> dict[int, float]:
         """Bytes per ns each flow of a forming partition delivered since the latest probe sample at

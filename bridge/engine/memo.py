@@ -166,33 +166,40 @@ class Memo:
                     self._add(record)
                     self.stats.records_loaded += 1
 
-    def lookup(self, cg: ConflictGraph) -> Transient | None:
-        """The record whose start graph is isomorphic to `cg` (the smallest record id wins), mapped."""
+    def lookup(self, cg: ConflictGraph) -> list[Transient]:
+        """The records whose start graph is isomorphic to `cg`, mapped onto its flows: the steady
+        one first, then the truncated one (for flows too short for the steady one)."""
         t0 = time.perf_counter()
         self.stats.lookups += 1
-        match = self._match(cg)
-        if match is None:
-            self.stats.misses += 1
-        else:
+        matches = sorted(self._matches(cg), key=lambda m: m[0].record.truncated)
+        if matches:
             self.stats.hits += 1
+        else:
+            self.stats.misses += 1
         self.stats.lookup_s += time.perf_counter() - t0
-        return _mapped(match[0].record, cg, match[1]) if match is not None else None
+        return [_mapped(entry.record, cg, mapping) for entry, mapping in matches]
 
-    def _match(self, cg: ConflictGraph) -> tuple[_Entry, dict[int, int]] | None:
+    def _matches(self, cg: ConflictGraph) -> list[tuple[_Entry, dict[int, int]]]:
+        """Per kind (steady, truncated), the isomorphic record with the smallest id and its mapping."""
+        found: dict[bool, tuple[_Entry, dict[int, int]]] = {}
         for entry in self.index.get(cg.key, ()):
+            if entry.record.truncated in found:
+                continue
             if entry.graph is None:
                 entry.graph = _stored_graph(entry.record)
             matcher = GraphMatcher(cg.graph, entry.graph, node_match=_same_label, edge_match=_same_weight)
             if matcher.is_isomorphic():
-                return entry, matcher.mapping
-        return None
+                found[entry.record.truncated] = (entry, matcher.mapping)
+                if len(found) == 2:
+                    break
+        return list(found.values())
 
     def record(self, cg: ConflictGraph, transient_ns: int, transient_bytes: dict[int, int],
                rates: dict[int, float], states: dict[int, dict[str, float]], truncated: bool = False) -> None:
         """Keep what the partition of `cg` did until it turned steady, or until it was cut short
-        (truncated), in memory and in the store, unless an isomorphic partition was recorded
+        (truncated), in memory and in the store, unless an isomorphic partition was recorded so
         meanwhile (several can form at once)."""
-        if self._match(cg) is not None:
+        if any(entry.record.truncated == truncated for entry, _ in self._matches(cg)):
             self.stats.records_duplicate += 1
             return
         record = MemoRecord(schema_version=SCHEMA_VERSION, fingerprint=self.fingerprint, graph_hash=cg.key,
