@@ -225,6 +225,7 @@ def test_flows_too_short_to_turn_steady_leave_a_truncated_record_that_others_reu
     memo = rdma_runs["cold"].summary["accel"]["memo"]
     # The first short incast matches the long incasts' steady record, too long for it (not applied).
     assert (memo["records_written"], memo["hits"], memo["misses"], memo["not_applied"]) == (3, 6, 2, 1)
+    assert (memo["records_truncated"], memo["applied_truncated"]) == (2, 3)
     records = MemoStore(rdma_runs["cache"]).load().records
     assert sorted(r.truncated for r in records) == [False, True, True]
     # The short incast's flows share a link: at line rate the first could near its end after

@@ -13,9 +13,10 @@ connection's only flow) shrink by rate x frozen time: those bytes are skipped, n
 The end of every flow is simulated packet by packet, so FCTs come out of ns-3 itself.
 
 When a partition forms and the memo holds an isomorphic one, the partition is frozen at once for
-the stored transient plus the steady time after it; at thaw each flow skips its transient bytes
-and the steady bytes after them, and gets the stored congestion state (TCP: cwnd, ssthresh, DCTCP
-alpha; RDMA: the QP's rate, DCQCN target rate and alpha or HPCC reference rate and U).
+the stored transient plus the steady time after it (none after a truncated record, made on RDMA of
+flows too short to turn steady); at thaw each flow skips its transient bytes and the steady bytes after
+them, and gets the stored congestion state (TCP: cwnd, ssthresh, DCTCP alpha; RDMA: the QP's rate,
+DCQCN target rate and alpha or HPCC reference rate and U).
 
 Known inexactness: TCP state holding absolute times sees the jump; RTT samples of segments in
 flight at the freeze come out dT long and inflate the RTO for about 0.5 ms after a thaw. Without
@@ -118,6 +119,9 @@ class FastForward:
         self.enabled = enabled
         self.memo = memo if enabled else None
         self.ports = ports                   # required with memo
+        # Truncated records on RDMA only: on TCP gpt-bench, hits on them made the pipeline flows
+        # 14-20 % late (FCT error 4.6 -> 10.2 %); why is not understood yet.
+        self.truncated_records = net.rdma
         wh = net.h.wh
         self.sim = wh.TagSimulatorImpl.Get()
         if not self.sim:
@@ -367,12 +371,13 @@ class FastForward:
         if hit is None:
             if candidates:
                 self.memo.stats.not_applied += 1
-            cut = self._cut_ns(flows)
+            cut = self._cut_ns(flows) if self.truncated_records else -1
             table = self.net.flows.GetTable()
             st.forming = Forming(graph, now, {f: self._owed(f, rates[f]) for f in flows},
                                  {f: int(table.GetDelivered(f)) for f in flows},
                                  now + cut if cut >= 0 else NEVER)
             return
+        self.memo.stats.applied_truncated += hit.truncated
         until = now + hit.transient_ns + steady_ns
         self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=until, rates=hit.rates, memo=hit), now)
 

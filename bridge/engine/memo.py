@@ -131,8 +131,10 @@ class MemoStats:
     lookups: int = 0
     hits: int = 0
     misses: int = 0
-    not_applied: int = 0                      # hits whose flows were too short for the transient
+    not_applied: int = 0                      # hits whose flows were too short for every match
+    applied_truncated: int = 0                # hits applied from a truncated record
     records_written: int = 0
+    records_truncated: int = 0                # of records_written
     records_duplicate: int = 0                # not written: an isomorphic record exists
     records_loaded: int = 0
     lookup_s: float = 0.0
@@ -212,6 +214,7 @@ class Memo:
             record.edges.add(a=a, b=b, weight=e["w"], contended=e["c"], data_ack=e["x"])
         self._add(record, graph=cg.graph)
         self.stats.records_written += 1
+        self.stats.records_truncated += truncated
         if self.store is not None:
             try:
                 self.store.append(record)
