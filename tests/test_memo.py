@@ -258,3 +258,14 @@ def test_a_graph_keeps_one_steady_and_one_truncated_record(tmp_path):
     steady, truncated = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "t", warn=print).lookup(incast(100)[1])
     assert (steady.truncated, steady.transient_ns) == (False, 70_000)
     assert (truncated.truncated, truncated.transient_ns) == (True, 30_000)
+
+
+def test_rdma_runs_on_the_same_store_state_are_identical(rdma_runs, tmp_path):
+    outputs = []
+    for name in ("a", "b"):
+        copy = tmp_path / f"{name}.whdb"
+        copy.write_bytes(rdma_runs["cache"].read_bytes())
+        run = api.run(TINY_MEMO_RDMA, tmp_path / name, accel=True, cache=copy)
+        assert run.summary["accel"]["memo"]["records_truncated"] == 0   # all loaded: nothing new to record
+        outputs.append((tmp_path / name / "flows.csv").read_bytes())
+    assert outputs[0] == outputs[1]
