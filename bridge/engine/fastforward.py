@@ -13,10 +13,10 @@ connection's only flow) shrink by rate x frozen time: those bytes are skipped, n
 The end of every flow is simulated packet by packet, so FCTs come out of ns-3 itself.
 
 When a partition forms and the memo holds an isomorphic one, the partition is frozen at once for
-the stored transient plus the steady time after it (none after a truncated record, made on RDMA of
-flows too short to turn steady); at thaw each flow skips its transient bytes and the steady bytes after
-them, and gets the stored congestion state (TCP: cwnd, ssthresh, DCTCP alpha; RDMA: the QP's rate,
-DCQCN target rate and alpha or HPCC reference rate and U).
+the stored transient plus the steady time after it (none after a truncated record, made on RDMA
+of flows too short to turn steady); at thaw each flow skips its transient bytes and the steady
+bytes after them, and gets the stored congestion state (TCP: cwnd, ssthresh, DCTCP alpha; RDMA:
+the QP's rate, DCQCN target rate and alpha or HPCC reference rate and U).
 
 Known inexactness: TCP state holding absolute times sees the jump; RTT samples of segments in
 flight at the freeze come out dT long and inflate the RTO for about 0.5 ms after a thaw. Without
@@ -405,7 +405,8 @@ class FastForward:
 
     def _cut_ns(self, flows: list[int]) -> int:
         """How long until the first of `flows` could get within `margin` of its end at line rate."""
-        return min(int((self._untransmitted(f) - self.spec.margin) / self.line_rate[self.conn_of[f]]) for f in flows)
+        return min(int((self._untransmitted(f) - self.spec.margin) / self.line_rate[self.conn_of[f]])
+                   for f in flows)
 
     def _last_rates(self, forming: Forming, now: int) -> dict[int, float]:
         """Bytes per ns each flow of a forming partition delivered since the latest probe sample at

@@ -4,14 +4,15 @@ When a partition forms (a flow starts and merges partitions, or a flow ends and 
 flow conflict graph is built: a vertex per flow, labelled by the flow's rate at that moment
 (quantized relative to its first link's rate) and by the rates and delays of the ports on its data
 and ACK paths; an edge between flows that share links, weighted by how many, and by how many of
-those carry both flows' data the same way or one's data against the other's ACKs. A canonical hash of
-the labelled graph finds candidate records, weighted isomorphism (networkx VF2) confirms one and
-maps its stored flows onto the current flows.
+those carry both flows' data the same way or one's data against the other's ACKs. A canonical
+hash of the labelled graph finds candidate records, weighted isomorphism (networkx VF2) confirms
+one and maps its stored flows onto the current flows.
 
 A record holds what the partition did from forming until it turned steady: the time it took
 (T_conv), the bytes each flow delivered meanwhile, each flow's steady rate and its congestion
-state then. Flows too short to turn steady leave a truncated record instead: what the partition did
-until just before its first flow could get near its end (a hit skips that much and simulates on). Records live in a `cache_store.MemoStore` under a fingerprint of everything else that
+state then. Flows too short to turn steady leave a truncated record instead (on RDMA): what the
+partition did until just before its first flow could get near its end (a hit skips that much and
+simulates on). Records live in a `cache_store.MemoStore` under a fingerprint of everything else that
 changes the dynamics (transport and queue settings, detection settings, ns-3 and project versions),
 so a record made under another configuration is never applied. A run sees the store as it was
 when the run started plus its own records: the same scenario, seed and store give the same run.
