@@ -36,6 +36,7 @@ class Partitions:
         self.of_flow: dict[int, int] = {}
         self.flow_ports: dict[int, frozenset[int]] = {}
         self.flow_hosts: dict[int, tuple[int, int]] = {}
+        self.users: dict[int, set[int]] = {}            # port -> active flows using it
         self._ids = count()
 
     def __iter__(self):
@@ -70,17 +71,32 @@ class Partitions:
         self.of_flow[flow] = part.id
         for p in ports:
             self.of_port[p] = part.id
+            self.users.setdefault(p, set()).add(flow)
         return part
 
     def remove_flow(self, flow: int) -> list[Partition]:
         """A flow finishes: split what remains of its partition into components; returns them."""
         old = self.by_id.pop(self.of_flow.pop(flow))
+        gone = []                                        # ports no other flow uses
+        for p in self.flow_ports[flow]:
+            self.users[p].discard(flow)
+            if not self.users[p]:
+                del self.users[p]
+                gone.append(p)
         del self.flow_ports[flow], self.flow_hosts[flow]
+        rest = old.flows - {flow}
+        found = components(self.flow_ports, rest, self.users)
+        if len(found) == 1:                              # no split (the common case): shrink in place
+            part = self._new(old.id)
+            part.flows, part.ports = rest, old.ports.difference(gone)
+            part.hosts = {h for f in rest for h in self.flow_hosts[f]}
+            for p in gone:
+                del self.of_port[p]
+            return [part]
         for p in old.ports:
             del self.of_port[p]
-        rest = old.flows - {flow}
         parts = []
-        for component in components(self.flow_ports, rest):
+        for component in found:
             part = self._new(old.id if not parts else None)  # the largest keeps the id
             for f in component:
                 part.flows.add(f)
@@ -102,13 +118,17 @@ class Partitions:
         return part
 
 
-def components(flow_ports: dict[int, frozenset[int]], flows: set[int]) -> list[set[int]]:
-    """Connected components of `flows` through shared ports, largest first."""
-    users: dict[int, list[int]] = {}
-    for f in flows:
-        for p in flow_ports[f]:
-            users.setdefault(p, []).append(f)
+def components(flow_ports: dict[int, frozenset[int]], flows: set[int],
+               users: dict[int, set[int]] | None = None) -> list[set[int]]:
+    """Connected components of `flows` through shared ports, largest first. `users` (port -> flows
+    using it, none outside `flows` on their ports) saves building it from flow_ports."""
+    if users is None:
+        users = {}
+        for f in flows:
+            for p in flow_ports[f]:
+                users.setdefault(p, set()).add(f)
     seen: set[int] = set()
+    done_ports: set[int] = set()    # each port's users are scanned once (a port of k flows: not k times)
     found = []
     for start in sorted(flows):
         if start in seen:
@@ -119,6 +139,9 @@ def components(flow_ports: dict[int, frozenset[int]], flows: set[int]) -> list[s
             f = stack.pop()
             component.add(f)
             for p in flow_ports[f]:
+                if p in done_ports:
+                    continue
+                done_ports.add(p)
                 for g in users[p]:
                     if g not in seen:
                         seen.add(g)
