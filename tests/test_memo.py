@@ -269,3 +269,14 @@ def test_rdma_runs_on_the_same_store_state_are_identical(rdma_runs, tmp_path):
         assert run.summary["accel"]["memo"]["records_truncated"] == 0   # all loaded: nothing new to record
         outputs.append((tmp_path / name / "flows.csv").read_bytes())
     assert outputs[0] == outputs[1]
+
+
+def test_tcp_makes_no_truncated_records(tmp_path):
+    """The same short flows on TCP are not recorded truncated (their hits made TCP flows late)."""
+    data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
+    data["name"], data["transport"] = "tiny-memo-tcp", {"persistent_connections": True}
+    scenario = tmp_path / "tiny-memo-tcp.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    memo = api.run(scenario, tmp_path / "run", accel=True, cache=tmp_path / "m.whdb").summary["accel"]["memo"]
+    assert memo["records_written"] >= 1
+    assert (memo["records_truncated"], memo["applied_truncated"]) == (0, 0)
