@@ -1,4 +1,4 @@
-"""Incremental partitions equal the from-scratch components after any start/finish sequence."""
+"""Incremental partitions equal the from-scratch components after any start/finish/hand-over sequence."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,15 +9,21 @@ PORTS = st.frozensets(st.integers(0, 30), min_size=1, max_size=6)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.booleans(), PORTS, st.integers(0, 9), st.integers(0, 9)), max_size=60))
+@given(st.lists(st.tuples(st.sampled_from(["start", "finish", "hand-over"]), PORTS, st.integers(0, 9),
+                          st.integers(0, 9)), max_size=60))
 def test_incremental_partitions_equal_from_scratch(ops):
     parts = Partitions()
     active: dict[int, frozenset[int]] = {}
-    for flow, (finish, ports, src, dst) in enumerate(ops):
-        if finish and active:
+    for flow, (op, ports, src, dst) in enumerate(ops):
+        if op == "finish" and active:
             gone = sorted(active)[flow % len(active)]
             parts.remove_flow(gone)
             del active[gone]
+        elif op == "hand-over" and active:  # a connection's next flow takes over the finished one's ports
+            gone = sorted(active)[flow % len(active)]
+            before = parts.of_flow[gone]
+            assert parts.replace_flow(gone, flow).id == before
+            active[flow] = active.pop(gone)
         else:
             parts.add_flow(flow, ports, (src, dst))
             active[flow] = ports

@@ -140,6 +140,7 @@ class FastForward:
         self.state: dict[int, PartitionState] = {}
         self.conn_of: dict[int, int] = {}
         self.conn_flows: dict[int, list[int]] = {}        # active flows per connection, FIFO
+        self.head_since: dict[int, int] = {}              # per connection's first flow: since when
         self.paths: dict[int, frozenset[int]] = {}           # per connection: ports of its partition tags
         self.ports_of: dict[int, FlowPorts] = {}          # per connection: ports its data and ACKs leave by
         self.path_labels: dict[int, str] = {}             # per connection: its ports' labels in order
@@ -180,6 +181,14 @@ class FastForward:
                 self.lag_ns[conn] = (sum(self.ports.delays[p] for p in data)
                                      + sum(self.ports.propagation[p] for p in acks))
                 self.line_rate[conn] = self.ports.rates[ordered[0]]
+        self.conn_of[flow] = conn
+        queue = self.conn_flows.setdefault(conn, [])
+        queue.append(flow)
+        if len(queue) > 1:
+            # Queued behind its connection's sending flow, on the same path: nothing in the network
+            # changes until it reaches the head, where it takes the finished flow's place.
+            self.stats.control_s += time.perf_counter() - t0
+            return
         touched = self.parts.touching(path)
         for pid in touched:
             self._thaw(pid, now, planned=False)
@@ -188,9 +197,8 @@ class FastForward:
             self._close_interval(pid, now)
             del self.state[pid]
         part = self.parts.add_flow(flow, path, hosts)
+        self.head_since[flow] = now
         self.state[part.id] = PartitionState(since_ns=now)
-        self.conn_of[flow] = conn
-        self.conn_flows.setdefault(conn, []).append(flow)
         self.formed.add(part.id)
         self.stats.control_s += time.perf_counter() - t0
 
@@ -199,9 +207,15 @@ class FastForward:
         pid = self.parts.of_flow[flow]
         self._close_interval(pid, now)
         del self.state[pid]
-        parts = self.parts.remove_flow(flow)
-        self.conn_flows[self.conn_of.pop(flow)].remove(flow)
+        queue = self.conn_flows[self.conn_of.pop(flow)]
+        queue.remove(flow)
+        del self.head_since[flow]
         self.thawed.pop(flow, None)
+        if queue:  # the connection's next flow takes over the same ports: no split
+            parts = [self.parts.replace_flow(flow, queue[0])]
+            self.head_since[queue[0]] = now
+        else:
+            parts = self.parts.remove_flow(flow)
         for part in parts:
             self.state[part.id] = PartitionState(since_ns=now)
             self.formed.add(part.id)
@@ -284,9 +298,7 @@ class FastForward:
         rates: dict[int, float] = {}
         for i, flow in enumerate(flows):
             if blocks[1][:, i].sum() <= 0:
-                if self.conn_flows[self.conn_of[flow]][0] == flow:
-                    return                                  # a sending flow that does not move
-                continue                                    # queued behind its connection's head
+                return                                      # a sending flow that does not move
             scale = next((s for s, b in blocks.items() if _spread(b[:, i]) < spec.theta), None)
             if scale is None:
                 return
@@ -295,8 +307,6 @@ class FastForward:
             # count rounds the rate down (2 DCQCN flows on a 100G port: 48.0 instead of 48.17 Gbps,
             # every thawed flow 0.35 % late).
             rates[flow] = float(blocks[scale][1:, i].mean()) / (scale * spec.tau)     # bytes per ns
-        if not rates:
-            return
         if st.forming is not None:
             self._record(st, rates, now)
         horizon = min(int((self._untransmitted(flow) - spec.margin) / rate) for flow, rate in rates.items())
@@ -346,8 +356,6 @@ class FastForward:
     def _apply_or_watch(self, part: Partition, now: int) -> None:
         """A partition formed: apply a memoized transient, or watch it to record one."""
         flows = sorted(part.flows)
-        if any(self.conn_flows[self.conn_of[f]][0] != f for f in flows):
-            return        # a flow queued behind another on its connection: its start is not a transient
         if not all(self.net.flows.GetSender(self.conn_of[f]).IsConnected() for f in flows):
             return        # a handshake is part of the transient, and no congestion state exists yet
         # A flow that ends before a freeze could pay (min_freeze at line rate) ends the partition
@@ -427,11 +435,12 @@ class FastForward:
         steady test (at most `window / 2` samples old: the probe is not read again here); its frozen
         rate if it just thawed; 0 if it started within `coarse` samples (a young flow is still in its
         own transient, and its rate over a window it was not running in would differ from one
-        recurrence to the next)."""
+        recurrence to the next). A flow queued behind others on its connection starts when it
+        reaches the head."""
         n = self.n_read
         recent = self.spec.coarse * self.spec.tau
         table = self.net.flows.GetTable()
-        if now - int(table.GetStartNs(flow)) < recent:
+        if now - self.head_since[flow] < recent:
             return 0.0
         rate, thawed_ns = self.thawed.get(flow, (0.0, -1))
         if thawed_ns >= 0 and now - thawed_ns < recent:

@@ -5,8 +5,9 @@ counting both the data path and the ACK path, and for every port a packet leaves
 arrives at (the other side of the link: the arrival event carries that port's tag). Then every
 event of the simulation belongs to exactly one partition through its tag (the ports it touches,
 and the node tags of its hosts: a host has one link, so its node tag can only belong to the
-partition using that link), which is what makes freezing a partition exact. Kept incrementally: a starting flow merges the partitions
-it touches, a finishing flow splits its partition into the components that remain.
+partition using that link), which is what makes freezing a partition exact. Kept incrementally: a
+starting flow merges the partitions it touches, a finishing flow splits its partition into the
+components that remain, or hands its ports to its connection's next flow (same path: no change).
 """
 
 from __future__ import annotations
@@ -72,6 +73,20 @@ class Partitions:
         for p in ports:
             self.of_port[p] = part.id
             self.users.setdefault(p, set()).add(flow)
+        return part
+
+    def replace_flow(self, old: int, new: int) -> Partition:
+        """`old` finishes and `new` takes over its ports and hosts (the next flow of a connection):
+        the partition keeps its shape; returns it."""
+        part = self.by_id[self.of_flow.pop(old)]
+        part.flows.remove(old)
+        part.flows.add(new)
+        self.of_flow[new] = part.id
+        self.flow_ports[new] = ports = self.flow_ports.pop(old)
+        self.flow_hosts[new] = self.flow_hosts.pop(old)
+        for p in ports:
+            self.users[p].remove(old)
+            self.users[p].add(new)
         return part
 
     def remove_flow(self, flow: int) -> list[Partition]:
