@@ -8,7 +8,8 @@ conditions): a stock run; the accelerated run without memo (`--no-memo`, the pap
 ablation); the accelerated run with memo on an empty store OUT/<name>/memo.whdb (cold); the same
 again on the store the cold run filled (warm). Prints the README's memo table: loop seconds,
 speedups over stock, the extra speedup of memo over steady-only, warm over cold, FCT error
-mean / p99 and iteration error against stock, memo hits / lookups, and how many times fewer ns-3
+mean / p99 (and of service times: FCTs without the wait behind earlier flows of the same connection)
+and iteration error against stock, memo hits / lookups, and how many times fewer ns-3
 events each accelerated run executed than stock (deterministic, unlike this machine's wall times).
 Writes OUT/results.json.
 
@@ -53,7 +54,8 @@ def bench(name: str, out: Path, scenario: Path | None = None) -> dict:
         c = compare(stock, run)
         memo = run.summary["accel"]["memo"] or {}
         row[mode] = {"loop_s": run.summary["wall_s"]["loop"], "speedup_loop": c["speedup_loop"],
-                     "fct_error": c["fct_error"], "iteration_error_max": c["iteration_error_max"],
+                     "fct_error": c["fct_error"], "service_error": c["service_error"],
+                     "iteration_error_max": c["iteration_error_max"],
                      "skipped_fraction": c["skipped_fraction"], "hits": memo.get("hits"),
                      "lookups": memo.get("lookups"), "records_written": memo.get("records_written")}
     row["memo_over_steady"] = row["steady"]["loop_s"] / row["cold"]["loop_s"]
@@ -95,9 +97,10 @@ def main() -> None:
         return
     rows = []
     print("| scenario | stock loop s | steady-only loop s (x) | memo cold loop s (x) | memo warm loop s (x) | "
-          "memo / steady-only | warm / cold | FCT error mean / p99 (cold; warm) | iteration error (cold; warm) | "
+          "memo / steady-only | warm / cold | FCT error mean / p99 (cold; warm) | service-time error mean / p99 (cold) | "
+          "iteration error (cold; warm) | "
           "hits / lookups (cold) | events, stock / run: steady-only, cold, warm |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.names:
         r = bench(name, args.out / name)
         rows.append(r)
@@ -107,6 +110,7 @@ def main() -> None:
               f"{r['memo_over_steady']:.2f}x | {r['warm_over_cold']:.2f}x | "
               f"{_pct(c['fct_error']['mean'])} / {_pct(c['fct_error']['p99'])}; "
               f"{_pct(w['fct_error']['mean'])} / {_pct(w['fct_error']['p99'])} | "
+              f"{_pct(c['service_error']['mean'])} / {_pct(c['service_error']['p99'])} | "
               f"{_pct(c['iteration_error_max'])}; {_pct(w['iteration_error_max'])} | "
               f"{c['hits']} / {c['lookups']} | "
               + ", ".join(f"{1 / (1 - m['skipped_fraction']):.1f}x" for m in (s, c, w)) + " |", flush=True)

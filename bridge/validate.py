@@ -131,8 +131,9 @@ def console_table(v: dict):
         table.add_column("noise floor", justify="right")
     for name, key in (("speedup (loop)", "speedup_loop"), ("speedup (total)", "speedup_total")):
         table.add_row(name, "n/a" if v[key] is None else f"{v[key]:.2f}x")
-    for k in ("mean", "p99", "max"):
-        table.add_row(f"FCT error {k}", pct(v["fct_error"][k]), *([pct(floor["fct_error"][k])] if floor else []))
+    for key, label in (("fct_error", "FCT"), ("service_error", "service time")):
+        for k in ("mean", "p99", "max"):
+            table.add_row(f"{label} error {k}", pct(v[key][k]), *([pct(floor[key][k])] if floor else []))
     if v["iteration_error_max"] is not None:
         table.add_row("iteration error max", pct(v["iteration_error_max"]),
                       *([pct(floor["iteration_error_max"])] if floor else []))

@@ -55,6 +55,25 @@ def test_every_task_starts_when_its_last_dependency_finishes(h, name):
             assert run.end_ns[task.id] == ready + task.duration_ns
 
 
+@pytest.mark.parametrize("name", ["gpt-tiny", "moe-tiny"])
+def test_flows_of_a_connection_reach_its_head_one_after_another(h, name):
+    _, _, workload, run = execute(h, name)
+    on_conn: dict[int, list[int]] = {}
+    for f in workload.flows:
+        on_conn.setdefault(run.connection_of[f.id], []).append(f.id)
+    queued = 0
+    for ids in on_conn.values():
+        ids.sort(key=lambda i: (run.head_ns[i], run.end_ns[i]))
+        for prev, cur in zip([None] + ids, ids):
+            assert run.start_ns[cur] <= run.head_ns[cur] <= run.end_ns[cur]
+            if run.head_ns[cur] > run.start_ns[cur]:  # queued: it heads the connection when prev ends
+                queued += 1
+                assert prev is not None and run.head_ns[cur] == run.end_ns[prev]
+            else:
+                assert prev is None or run.end_ns[prev] <= run.start_ns[cur]
+    assert queued > 0  # ring steps queue behind the previous step on the same host pair
+
+
 def test_uncongested_gpt_tiny_iteration_matches_the_analytical_time(h):
     # Data parallel only, one gradient bucket, every rail on one leaf: the iteration is compute,
     # then one ring all-reduce per rail whose flows never share a link and see equal paths. Slow

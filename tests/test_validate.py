@@ -21,8 +21,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def flows(fcts: dict[int, int]) -> pd.DataFrame:
-    """A flows table with the given FCTs by flow_id (-1 = unfinished)."""
-    return pd.DataFrame({"flow_id": list(fcts), "start_ns": 0, "fct_ns": list(fcts.values()),
+    """A flows table with the given FCTs by flow_id (-1 = unfinished), each alone on its connection."""
+    return pd.DataFrame({"flow_id": list(fcts), "start_ns": 0, "head_ns": 0, "fct_ns": list(fcts.values()),
                          "end_ns": list(fcts.values()), "collective": "flow"})
 
 
@@ -52,6 +52,18 @@ def test_compare_exact_numbers():
     # errors 0.1, 0, 0.25; p99 interpolates linearly between the two largest: 0.1 + 0.98 * 0.15
     assert c["fct_error"] == pytest.approx({"mean": 0.35 / 3, "p50": 0.1, "p99": 0.247, "max": 0.25})
     assert c["iteration_error_max"] == pytest.approx(0.1)  # iteration 2 unfinished in ref: left out
+
+
+def test_service_time_leaves_out_the_wait_behind_a_connections_earlier_flows():
+    # Two flows of 100 ns released together onto one connection: which goes first is a near-tie.
+    # Stock sends 0 then 1, the candidate 1 then 0: FCTs 100/200 against 200/100, service 100 each.
+    ref = result({0: 100, 1: 200}, 1.0, 1.0, 10)
+    ref.flows["head_ns"] = [0, 100]
+    cand = result({0: 200, 1: 100}, 1.0, 1.0, 10)
+    cand.flows["head_ns"] = [100, 0]
+    c = compare(ref, cand)
+    assert c["fct_error"]["max"] == pytest.approx(1.0) and c["fct_error"]["mean"] == pytest.approx(0.75)
+    assert c["service_error"] == {"mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0}
 
 
 def test_compare_loose_flows_and_nothing_matched():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -28,6 +29,7 @@ class Execution:
 
     start_ns: np.ndarray
     end_ns: np.ndarray
+    head_ns: np.ndarray                 # per flow: when no earlier flow of its connection was unfinished
     flow_index: dict[int, int]          # task id -> flow index in the C++ flow table
     connection_of: dict[int, int]       # task id -> connection id
     own_connection: set[int]            # flows that opened their own connection (handshake in FCT)
@@ -71,7 +73,9 @@ class Executor:
         self.ready: list[tuple[int, int]] = []        # (release time, task id)
         self.computing: list[tuple[int, int]] = []    # (finish time, task id)
         self.connections: dict[tuple[int, int], int] = {}
+        self.head_ns = np.full(self.n, -1, dtype=np.int64)
         self.connection_of: dict[int, int] = {}
+        self.unfinished_on: dict[int, deque[int]] = {}   # per connection: its unfinished flows, FIFO
         self.own_connection: set[int] = set()
         self.flows_running = 0
         self.flows_done = 0
@@ -113,6 +117,10 @@ class Executor:
             conn = int(self.net.flows.OpenConnection(task.src, task.dst))
             self.own_connection.add(task_id)
         self.connection_of[task_id] = conn
+        queue = self.unfinished_on.setdefault(conn, deque())
+        queue.append(task_id)
+        if len(queue) == 1:
+            self.head_ns[task_id] = now
         self.net.flows.StartFlow(self.flow_index[task_id], conn, task.size)
         if self.ff is not None:
             self.ff.flow_started(self.flow_index[task_id], conn, (task.src, task.dst), now)
@@ -138,7 +146,12 @@ class Executor:
                 end = int(table.GetEndNs(idx))
                 if self.ff is not None:
                     self.ff.flow_finished(idx, end)
-                self._finish(by_index[idx].id, end)
+                task_id = by_index[idx].id
+                queue = self.unfinished_on[self.connection_of[task_id]]
+                queue.remove(task_id)         # the first: a connection delivers its flows in order
+                if queue and self.head_ns[queue[0]] < 0:
+                    self.head_ns[queue[0]] = end
+                self._finish(task_id, end)
             if n < len(self._completed_buf):
                 return
 
@@ -194,7 +207,7 @@ class Executor:
         finished = self.end_ns[self.end_ns >= 0]
         sim_time = int(finished.max()) if finished.size else self.net.now_ns()
         return Execution(
-            start_ns=self.start_ns, end_ns=self.end_ns, flow_index=self.flow_index,
+            start_ns=self.start_ns, end_ns=self.end_ns, head_ns=self.head_ns, flow_index=self.flow_index,
             connection_of=self.connection_of, own_connection=self.own_connection,
             workload_start_ns=workload_start, sim_time_ns=sim_time, events=self.net.events(),
             loop_s=time.perf_counter() - t0, bytes_skipped=skipped,
