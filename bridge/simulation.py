@@ -43,6 +43,7 @@ class RunOptions:
     accel_overrides: dict | None = None  # theta, window, tau, ... over the scenario's accel block
     memo: bool = True              # --no-memo ablation when False
     cache: str | None = None       # memo store file; None: default_cache_path()
+    nudge_ns: int = 0              # delay the first flow released by this much (validate's nudge floor)
 
 
 def build_workload(scenario: Scenario, topology: Topology) -> Workload:
@@ -84,7 +85,7 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
                          port_properties(topology, scenario.transport.mtu))
     build_s = time.perf_counter() - t_build
     stop = options.stop_time_ns or scenario.stop_time or DEFAULT_STOP_TIME_NS
-    run = Executor(workload, net, stop, progress, fast_forward=ff).run()
+    run = Executor(workload, net, stop, progress, fast_forward=ff, nudge_ns=options.nudge_ns).run()
 
     if net.rdma:
         ideal = RdmaIdealFct(topology, segment_size(scenario.transport))
@@ -100,6 +101,7 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
         "scenario_fingerprint": scenario.fingerprint(),
         "seed": seed,
         "mode": _mode(options),
+        **({"nudge_ns": options.nudge_ns} if options.nudge_ns else {}),
         "flows": len(flows),
         "flows_finished": int((flows.end_ns >= 0).sum()),
         "bytes": int(flows.size_bytes.sum()),
@@ -183,7 +185,7 @@ def _child(payload: dict, progress: Callable[[dict], None]) -> dict:
     options = RunOptions(seed=payload.get("seed"), stop_time_ns=payload.get("stop_time_ns"),
                          accel=payload.get("accel", False), fast_forward=payload.get("fast_forward", True),
                          accel_overrides=payload.get("accel_overrides"), memo=payload.get("memo", True),
-                         cache=payload.get("cache"))
+                         cache=payload.get("cache"), nudge_ns=payload.get("nudge_ns", 0))
     return simulate(scenario, Path(payload["out"]), options,
                     lambda now, done, total: progress({"sim_ns": now, "flows_done": done, "flows": total}))
 

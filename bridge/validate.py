@@ -4,6 +4,7 @@ Layout of the output folder:
     stock/                 the stock run (bridge.api output files)
     accel/                 the candidate run: accelerated, or stock-seed<N>/ when testing against a seed
     stock-seed<N>/         with noise_floor: stock again on seed + 1
+    stock-nudged/          with nudge_floor: stock again with the first flow released 1 ns later
     validation.json        metrics and both summaries (bridge.report.validation.compare)
     report.md              the human-readable report, linking the PNGs below
     fct_scatter.png, fct_error_cdf.png, timeline.png
@@ -24,7 +25,7 @@ import pandas as pd
 from . import api
 from .ns3.patches import build_library
 from .report import plots
-from .report.validation import compare, fct_errors, render_markdown, within_noise_floor
+from .report.validation import FLOORS, compare, fct_errors, render_markdown, within_noise_floor
 from .report.validation import noise_floor as noise_floor_of  # `noise_floor` is validate()'s flag
 from .scenario import Scenario
 
@@ -48,16 +49,20 @@ def machine() -> dict:
 
 
 def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int | None = None,
-             noise_floor: bool = False, candidate_accel: bool = True, candidate_seed: int | None = None,
+             noise_floor: bool = False, nudge_floor: bool = False, candidate_accel: bool = True,
+             candidate_seed: int | None = None,
              memo: bool = True, cache: str | Path | None = None, accel_overrides: dict | None = None,
              timeout_s: float | None = None, progress: Callable[[str, dict | None], None] | None = None) -> dict:
-    """Run stock, then the candidate, (then stock on seed + 1), and write the validation outputs.
+    """Run stock, then the candidate, (then stock on seed + 1, then stock nudged), and write the
+    validation outputs.
 
     The candidate is the accelerated run on the same seed; candidate_accel=False makes it a stock
     run on candidate_seed instead (how the comparison is tested without acceleration). Runs go one
     after the other so that none disturbs another's timing. Everything is written to a private
     folder first and moved into out_dir only when all runs succeeded: a failed validation leaves
-    earlier results alone. memo, cache and accel_overrides apply to the accelerated run (see
+    earlier results alone. The two floors tell how far runs move anyway: the seed (ECMP paths, ECN
+    draws) and a 1 ns delay of the first flow (how chaotic the scenario is: any acceleration
+    perturbs at least that much). memo, cache and accel_overrides apply to the accelerated run (see
     api.run). progress(name, None) announces a run, then progress(name, p) relays its
     api.run progress. Returns the validation.json contents.
     """
@@ -76,11 +81,11 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
     try:
-        def run(name: str, accel: bool, run_seed: int) -> api.RunResult:
+        def run(name: str, accel: bool, run_seed: int, nudge_ns: int = 0) -> api.RunResult:
             progress(name, None)
             return api.run(scenario, work / name, accel=accel, seed=run_seed, timeout_s=timeout_s,
                            memo=memo, cache=cache, accel_overrides=accel_overrides if accel else None,
-                           progress=lambda p: progress(name, p))
+                           progress=lambda p: progress(name, p), nudge_ns=nudge_ns)
 
         stock = run("stock", False, seed)
         cand = run(cand_name, candidate_accel, cand_seed)
@@ -88,12 +93,15 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
         if noise_floor:
             noise_name = f"stock-seed{seed + 1}"
             noise = cand if noise_name == cand_name else run(noise_name, False, seed + 1)
+        nudged = run("stock-nudged", False, seed, nudge_ns=1) if nudge_floor else None
 
         result = {"scenario": scenario.name, "fingerprint": scenario.fingerprint(), "candidate": cand_name,
                   "machine": machine(), **compare(stock, cand)}
         if noise is not None:
             result["noise_floor"] = noise_floor_of(stock, noise)
             result["within_noise_floor"] = within_noise_floor(result, result["noise_floor"])
+        if nudged is not None:
+            result["nudge_floor"] = noise_floor_of(stock, nudged)
         result["stock"], result["accel"] = stock.summary, cand.summary
         (work / "validation.json").write_text(json.dumps(result, indent=2) + "\n")
 
@@ -123,21 +131,21 @@ def console_table(v: dict):
     def pct(x: float | None) -> str:
         return "n/a" if x is None else f"{100 * x:.2f} %"
 
-    floor = v.get("noise_floor")
+    floors = [v[key] for key, _ in FLOORS if v.get(key)]
     table = Table(title=f"{v['scenario']}: stock vs {v['candidate']}")
     table.add_column("metric")
     table.add_column(v["candidate"], justify="right")
-    if floor:
-        table.add_column("noise floor", justify="right")
+    for key, name in FLOORS:
+        if v.get(key):
+            table.add_column(name, justify="right")
     for name, key in (("speedup (loop)", "speedup_loop"), ("speedup (total)", "speedup_total")):
         table.add_row(name, "n/a" if v[key] is None else f"{v[key]:.2f}x")
     for key, label in (("fct_error", "FCT"), ("service_error", "service time")):
         for k in ("mean", "p99", "max"):
-            table.add_row(f"{label} error {k}", pct(v[key][k]), *([pct(floor[key][k])] if floor else []))
+            table.add_row(f"{label} error {k}", pct(v[key][k]), *(pct(f[key][k]) for f in floors))
     if v["iteration_error_max"] is not None:
         table.add_row("iteration error max", pct(v["iteration_error_max"]),
-                      *([pct(floor["iteration_error_max"])] if floor else []))
+                      *(pct(f["iteration_error_max"]) for f in floors))
     table.add_row("skipped events", pct(v["skipped_fraction"]))
-    table.add_row("unmatched flows", f"{v['unmatched']} of {v['flows']}",
-                  *([str(floor["unmatched"])] if floor else []))
+    table.add_row("unmatched flows", f"{v['unmatched']} of {v['flows']}", *(str(f["unmatched"]) for f in floors))
     return table

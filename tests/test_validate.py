@@ -113,7 +113,7 @@ def test_validate_stock_against_another_seed(tmp_path):
     # candidate seed 2 = seed + 1: the noise-floor run is the candidate itself, so only two runs
     v = validate(TINY, out, candidate_accel=False, candidate_seed=2, noise_floor=True)
     assert v == json.loads((out / "validation.json").read_text())
-    assert {"scenario", "fingerprint", "speedup_loop", "speedup_total", "fct_error", "iteration_error_max",
+    assert {"scenario", "fingerprint", "speedup_loop", "speedup_total", "fct_error", "service_error", "iteration_error_max",
             "skipped_fraction", "flows", "unmatched", "stock", "accel", "noise_floor",
             "within_noise_floor"} <= set(v)
     stock, cand = v["stock"], v["accel"]
@@ -140,19 +140,19 @@ def wormhole(*args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-def test_cli_validate_accel_or_clear_error(tmp_path):
-    """Until acceleration lands: one-line error, exit 2, earlier results kept. After: a validation."""
+def test_cli_validate_accel_with_the_nudge_floor(tmp_path):
     (tmp_path / "validation.json").write_text("earlier\n")
-    proc = wormhole("validate", str(TINY), "--out", str(tmp_path), "--quiet")
-    if proc.returncode == 0:
-        v = json.loads((tmp_path / "validation.json").read_text())
-        assert v["candidate"] == "accel" and v["fct_error"]["mean"] >= 0 and v["speedup_loop"] > 0
-        assert (tmp_path / "accel" / "summary.json").exists()
-    else:
-        assert proc.returncode == 2, proc.stderr
-        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and "accel" in proc.stderr
-        assert (tmp_path / "validation.json").read_text() == "earlier\n"
-        assert [p.name for p in tmp_path.iterdir()] == ["validation.json"]
+    proc = wormhole("validate", str(TINY), "--out", str(tmp_path), "--quiet", "--nudge-floor")
+    assert proc.returncode == 0, proc.stderr
+    v = json.loads((tmp_path / "validation.json").read_text())
+    assert v["candidate"] == "accel" and v["fct_error"]["mean"] >= 0 and v["speedup_loop"] > 0
+    assert (tmp_path / "accel" / "summary.json").exists() and "noise_floor" not in v
+    nudged = json.loads((tmp_path / "stock-nudged" / "summary.json").read_text())
+    assert nudged["nudge_ns"] == 1 and nudged["mode"] == "stock"
+    starts = (pd.read_csv(tmp_path / "stock-nudged" / "flows.csv").start_ns
+              - pd.read_csv(tmp_path / "stock" / "flows.csv").start_ns)
+    assert sorted(starts) == [0] * 7 + [1]      # only the first flow released moved, by 1 ns
+    assert v["nudge_floor"]["fct_error"]["max"] >= 0 and "nudge floor" in (tmp_path / "report.md").read_text()
 
 
 def test_cli_validate_bad_scenario_is_one_line(tmp_path):

@@ -50,8 +50,9 @@ class Executor:
 
     def __init__(self, workload: Workload, net: Ns3Network, stop_time_ns: int | None,
                  progress: ProgressFn | None = None, progress_every_s: float = 0.25,
-                 fast_forward: FastForward | None = None):
+                 fast_forward: FastForward | None = None, nudge_ns: int = 0):
         self.workload = workload
+        self.nudge_ns = nudge_ns     # the first flow released starts this much later
         self.net = net
         self.ff = fast_forward
         self.stop_time_ns = stop_time_ns if stop_time_ns is not None else NEVER
@@ -103,7 +104,10 @@ class Executor:
 
     def _release(self, task_id: int, at_ns: int) -> None:
         task = self.workload.tasks[task_id]
-        heapq.heappush(self.ready, (max(task.release_ns, at_ns), task_id))
+        at_ns = max(task.release_ns, at_ns)
+        if self.nudge_ns and task_id in self.flow_index:
+            at_ns, self.nudge_ns = at_ns + self.nudge_ns, 0
+        heapq.heappush(self.ready, (at_ns, task_id))
 
     def _start(self, task_id: int, now: int) -> None:
         task = self.workload.tasks[task_id]

@@ -14,6 +14,10 @@ if TYPE_CHECKING:  # the report layer sits below the API; it only reads RunResul
     from ..api import RunResult
 
 
+# How far stock runs move anyway, beside the candidate's error: validation.json key, column title.
+FLOORS = (("noise_floor", "noise floor (stock, seed + 1)"), ("nudge_floor", "nudge floor (stock, first flow 1 ns later)"))
+
+
 def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num is not None and den else None
 
@@ -87,9 +91,10 @@ def compare(reference: RunResult, candidate: RunResult) -> dict:
     }
 
 
-def noise_floor(reference: RunResult, other_seed: RunResult) -> dict:
-    """The errors two stock runs differing only in their seed show: what 'accurate' can mean."""
-    c = compare(reference, other_seed)
+def noise_floor(reference: RunResult, other: RunResult) -> dict:
+    """The errors between two stock runs that differ only in their seed, or in a 1 ns nudge: what
+    'accurate' can mean."""
+    c = compare(reference, other)
     return {"fct_error": c["fct_error"], "service_error": c["service_error"],
             "iteration_error_max": c["iteration_error_max"],
             "unmatched": c["unmatched"]}
@@ -138,6 +143,7 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
 def render_markdown(v: dict, plots: list[str]) -> str:
     """report.md from a validation.json dict and the PNG file names written beside it."""
     stock, cand, floor = v["stock"], v["accel"], v.get("noise_floor")
+    floors = [(v[key], name) for key, name in FLOORS if v.get(key)]
     label = v["candidate"]
     m = v["machine"]
     out = [f"# Validation: {v['scenario']}", "",
@@ -155,11 +161,11 @@ def render_markdown(v: dict, plots: list[str]) -> str:
                 f"{_times(v['speedup_total'])} end to end. Events: {stock['events']:,} stock, "
                 f"{cand['events']:,} {label} (skipped fraction {_pct(v['skipped_fraction'])}).",
             "", "## Error against stock", ""]
-    header = ["metric", label] + (["noise floor (stock, other seed)"] if floor else [])
-    rows = [[f"{name} error {k}", _pct(v[key][k])] + ([_pct(floor[key][k])] if floor else [])
+    header = ["metric", label] + [name for _, name in floors]
+    rows = [[f"{name} error {k}", _pct(v[key][k])] + [_pct(f[key][k]) for f, _ in floors]
             for key, name in (("fct_error", "FCT"), ("service_error", "service time")) for k in ("mean", "p50", "p99", "max")]
     rows.append(["iteration time error max", _pct(v["iteration_error_max"])]
-                + ([_pct(floor["iteration_error_max"])] if floor else []))
+                + [_pct(f["iteration_error_max"]) for f, _ in floors])
     out += _table(header, rows)
     if floor:
         verdict = {True: "within", False: "**above**", None: "not comparable to"}[v["within_noise_floor"]]
