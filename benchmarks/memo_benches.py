@@ -65,7 +65,7 @@ def bench(name: str, out: Path, scenario: Path | None = None) -> dict:
 
 def scaling(name: str, out: Path) -> dict:
     data = yaml.safe_load((ROOT / "scenarios" / f"{name}.yaml").read_text())
-    loops = {}
+    loops, events = {}, {}
     for iterations in (1, 3):
         data["training"]["iterations"] = iterations
         scenario = out / f"{name}-{iterations}it.yaml"
@@ -75,8 +75,9 @@ def scaling(name: str, out: Path) -> dict:
         cache.unlink(missing_ok=True)
         run = api.run(scenario, out / f"{name}-{iterations}it", accel=True, cache=cache)
         loops[iterations] = run.summary["wall_s"]["loop"]
+        events[iterations] = run.summary["events"]
     return {"scenario": name, "loop_s_1_iteration": loops[1], "loop_s_3_iterations": loops[3],
-            "ratio": loops[3] / loops[1]}
+            "ratio": loops[3] / loops[1], "events_ratio": events[3] / events[1]}
 
 
 def main() -> None:
@@ -87,12 +88,12 @@ def main() -> None:
     args = parser.parse_args()
     build_library()  # a changed patch compiles here, not inside the first timed run
     if args.scaling:
-        print("| scenario | accel loop s, 1 iteration | accel loop s, 3 iterations | ratio |")
-        print("|---|---|---|---|")
+        print("| scenario | accel loop s, 1 iteration | accel loop s, 3 iterations | ratio | events ratio |")
+        print("|---|---|---|---|---|")
         rows = [scaling(name, args.out) for name in args.names]
         for r in rows:
             print(f"| {r['scenario']} | {r['loop_s_1_iteration']:.1f} | {r['loop_s_3_iterations']:.1f} | "
-                  f"{r['ratio']:.2f}x |")
+                  f"{r['ratio']:.2f}x | {r['events_ratio']:.2f}x |")
         (args.out / "scaling.json").write_text(json.dumps(rows, indent=2) + "\n")
         return
     rows = []
