@@ -147,5 +147,6 @@ def console_table(v: dict):
         table.add_row("iteration error max", pct(v["iteration_error_max"]),
                       *(pct(f["iteration_error_max"]) for f in floors))
     table.add_row("skipped events", pct(v["skipped_fraction"]))
-    table.add_row("unmatched flows", f"{v['unmatched']} of {v['flows']}", *(str(f["unmatched"]) for f in floors))
+    table.add_row("unmatched flows", f"{v['unmatched']} of {v['flows']}",
+                  *(str(f["unmatched"]) for f in floors))
     return table

@@ -140,7 +140,7 @@ class FastForward:
         self.state: dict[int, PartitionState] = {}
         self.conn_of: dict[int, int] = {}
         self.conn_flows: dict[int, list[int]] = {}        # active flows per connection, FIFO
-        self.head_since: dict[int, int] = {}              # per connection's first flow: since when
+        self.head_since: dict[int, int] = {}              # flow -> since when it is its connection's first
         self.paths: dict[int, frozenset[int]] = {}           # per connection: ports of its partition tags
         self.ports_of: dict[int, FlowPorts] = {}          # per connection: ports its data and ACKs leave by
         self.path_labels: dict[int, str] = {}             # per connection: its ports' labels in order

@@ -14,8 +14,8 @@ from ..workload.dag import ComputeTask, Workload
 
 PPP_HEADER = 2  # PointToPointNetDevice adds a 2-byte PPP header to every frame
 
-FLOW_COLUMNS = ["flow_id", "src", "dst", "size_bytes", "start_ns", "head_ns", "end_ns", "fct_ns", "ideal_fct_ns",
-                "iteration", "collective", "group", "step", "bytes_skipped"]
+FLOW_COLUMNS = ["flow_id", "src", "dst", "size_bytes", "start_ns", "head_ns", "end_ns", "fct_ns",
+                "ideal_fct_ns", "iteration", "collective", "group", "step", "bytes_skipped"]
 COMM_KINDS = ("dp", "pp", "ep")  # a collective's name starts with its group kind: dp_allreduce, ep_alltoall
 
 
@@ -76,7 +76,8 @@ def flows_frame(workload: Workload, run: Execution, ideal: IdealFct) -> pd.DataF
     rows = []
     for f in workload.flows:
         start, end = int(run.start_ns[f.id]), int(run.end_ns[f.id])
-        rows.append((f.id, f.src, f.dst, f.size, start, int(run.head_ns[f.id]), end, end - start if end >= 0 else -1,
+        rows.append((f.id, f.src, f.dst, f.size, start, int(run.head_ns[f.id]), end,
+                     end - start if end >= 0 else -1,
                      ideal(f.src, f.dst, f.size, f.id in run.own_connection),
                      f.iteration, f.collective, f.group, f.step, int(run.bytes_skipped[f.id])))
     return pd.DataFrame(rows, columns=FLOW_COLUMNS)

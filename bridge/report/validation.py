@@ -15,7 +15,8 @@ if TYPE_CHECKING:  # the report layer sits below the API; it only reads RunResul
 
 
 # How far stock runs move anyway, beside the candidate's error: validation.json key, column title.
-FLOORS = (("noise_floor", "noise floor (stock, seed + 1)"), ("nudge_floor", "nudge floor (stock, first flow 1 ns later)"))
+FLOORS = (("noise_floor", "noise floor (stock, seed + 1)"),
+          ("nudge_floor", "nudge floor (stock, first flow 1 ns later)"))
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -37,7 +38,8 @@ def service_errors(reference: pd.DataFrame, candidate: pd.DataFrame) -> pd.DataF
     and each one's FCT jumps by a whole flow's transmission; the service time does not."""
     def service(flows: pd.DataFrame) -> pd.DataFrame:
         done = flows.end_ns >= 0
-        return pd.DataFrame({"flow_id": flows.flow_id, "service_ns": (flows.end_ns - flows.head_ns).where(done, -1)})
+        service = (flows.end_ns - flows.head_ns).where(done, -1)
+        return pd.DataFrame({"flow_id": flows.flow_id, "service_ns": service})
     return _matched_errors(service(reference), service(candidate), "flow_id", "service_ns", "service")
 
 
@@ -163,7 +165,8 @@ def render_markdown(v: dict, plots: list[str]) -> str:
             "", "## Error against stock", ""]
     header = ["metric", label] + [name for _, name in floors]
     rows = [[f"{name} error {k}", _pct(v[key][k])] + [_pct(f[key][k]) for f, _ in floors]
-            for key, name in (("fct_error", "FCT"), ("service_error", "service time")) for k in ("mean", "p50", "p99", "max")]
+            for key, name in (("fct_error", "FCT"), ("service_error", "service time"))
+            for k in ("mean", "p50", "p99", "max")]
     rows.append(["iteration time error max", _pct(v["iteration_error_max"])]
                 + [_pct(f["iteration_error_max"]) for f, _ in floors])
     out += _table(header, rows)
