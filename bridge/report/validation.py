@@ -15,8 +15,7 @@ if TYPE_CHECKING:  # the report layer sits below the API; it only reads RunResul
 
 
 # How far stock runs move anyway, beside the candidate's error: validation.json key, column title.
-FLOORS = (("noise_floor", "noise floor (stock, seed + 1)"),
-          ("nudge_floor", "nudge floor (stock, first flow 1 ns later)"))
+FLOORS = (("noise_floor", "noise floor (stock, seed + 1)"), ("nudge_floor", "nudge floor (stock, +1 ns)"))
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
