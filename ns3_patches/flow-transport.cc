@@ -202,9 +202,14 @@ void
 FlowSender::Enqueue(uint32_t flow, uint64_t bytes)
 {
     m_table->OnStart(flow);
+    bool idle = m_unsent.empty(); // else the socket's send callback pushes the new bytes in turn
     m_unsent.emplace_back(flow, bytes);
     m_delivery->pending.emplace_back(flow, bytes);
-    Simulator::ScheduleWithContext(GetNode()->GetId(), Seconds(0), &FlowSender::PushIfConnected, this);
+    if (idle)
+    {
+        // Not for a flow queued behind unsent bytes: that event would land in a frozen partition.
+        Simulator::ScheduleWithContext(GetNode()->GetId(), Seconds(0), &FlowSender::PushIfConnected, this);
+    }
 }
 
 void

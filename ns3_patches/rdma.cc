@@ -1755,10 +1755,15 @@ RdmaFlowManager::StartFlow(uint32_t flow, uint32_t conn, uint64_t bytes)
     RdmaFabric* fabric = m_network->GetFabric();
     RdmaQp* qp = GetSender(conn);
     m_table.OnStart(flow);
+    bool idle = qp->sndNxt >= qp->size; // else its own ACKs and timers keep it sending
     qp->size += bytes;
     qp->flows.emplace_back(flow, qp->size);
-    // Kick in an event in the sender's context (the control plane runs between events).
-    Simulator::ScheduleWithContext(qp->src, Seconds(0), &RdmaFabric::Kick, fabric, qp->port);
+    if (idle)
+    {
+        // Kick in an event in the sender's context (the control plane runs between events). Not
+        // for a flow queued behind unsent bytes: that event would land in a frozen partition.
+        Simulator::ScheduleWithContext(qp->src, Seconds(0), &RdmaFabric::Kick, fabric, qp->port);
+    }
 }
 
 uint64_t

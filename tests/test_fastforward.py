@@ -81,6 +81,24 @@ def test_a_flow_starting_on_a_frozen_partition_thaws_it_early(tmp_path):
     assert fct_errors(stock.flows, accel.flows)[0] < 0.02
 
 
+def test_a_flow_queued_on_a_busy_connection_leaves_its_frozen_partition_alone(tmp_path):
+    # Both flows ride one persistent connection: the second waits behind the first, so its release
+    # at 400 us changes nothing in the network and must not thaw the frozen partition; it takes
+    # over the connection (and the partition) when the first one ends.
+    path = scenario(tmp_path, [{"src": 0, "dst": 5, "size": "16MB", "start": "0us"},
+                               {"src": 0, "dst": 5, "size": "1MB", "start": "400us"}])
+    data = yaml.safe_load(path.read_text())
+    data["transport"] = {"persistent_connections": True}
+    path.write_text(yaml.safe_dump(data))
+    accel = api.run(path, tmp_path / "accel", accel=True)
+    s = accel.summary["accel"]
+    assert s["freezes"] >= 1 and s["skip_backs"] == 0 and accel.summary["flows_finished"] == 2
+    first, second = accel.flows.set_index("flow_id").loc[0], accel.flows.set_index("flow_id").loc[1]
+    assert second.start_ns == 400_000 and second.head_ns == first.end_ns
+    stock = api.run(path, tmp_path / "stock")
+    assert fct_errors(stock.flows, accel.flows).max() < 0.02
+
+
 def test_skip_reaches_into_the_socket_send_buffer(tmp_path):
     """A connection's only flow loses its never-transmitted bytes in the TCP send buffer too. In a
     2-to-1 incast (ECN keeps each cwnd near 70 KB) what remains after the thaw is the 64 KB margin
