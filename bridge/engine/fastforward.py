@@ -372,10 +372,21 @@ class FastForward:
         graph = conflict_graph(flows, {f: self.ports_of[self.conn_of[f]] for f in flows}, labels)
         st = self.state[part.id]
         # A steady record applies to flows long enough for its transient and a freeze after it; a
-        # truncated one to flows that outlast it by `margin`. None fits: record this partition.
+        # truncated one to flows that outlast it by `margin`, or its first part to shorter ones.
+        # None fits: record this partition.
         candidates = self.memo.lookup(graph)
         fits = [(t, self._steady_ns(t, flows)) for t in candidates]
         hit, steady_ns = next(((t, s) for t, s in fits if s >= 0), (None, -1))
+        partial = next((t for t in candidates if t.truncated), None) if hit is None else None
+        if partial is not None:
+            # Too short even for the truncated record: apply its first part, as a hit interrupted
+            # then (proportional bytes, own congestion state), until the first flow nears its end.
+            cut = self._partial_ns(partial, flows)
+            if cut >= self.spec.min_freeze:
+                self.memo.stats.applied_partial += 1
+                self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=now + cut, rates=partial.rates,
+                                              memo=partial), now)
+                return
         if hit is None:
             if candidates:
                 self.memo.stats.not_applied += 1
@@ -398,6 +409,12 @@ class FastForward:
         if t.truncated:
             return 0
         return -1 if any(t.rates[f] <= 0 for f in flows) else int(min(left[f] / t.rates[f] for f in flows))
+
+    def _partial_ns(self, t: Transient, flows: list[int]) -> int:
+        """How far into the memoized transient `t` (its bytes spread evenly over it) `flows` can go
+        before one of them gets within `margin` of its end."""
+        return min((int((self._untransmitted(f) - self.spec.margin) * t.transient_ns / t.bytes[f])
+                    for f in flows if t.bytes[f] > 0), default=-1)
 
     def _record(self, st: PartitionState, rates: dict[int, float], now: int, truncated: bool = False) -> None:
         forming, st.forming = st.forming, None

@@ -134,6 +134,7 @@ class MemoStats:
     misses: int = 0
     not_applied: int = 0                      # hits whose flows were too short for every match
     applied_truncated: int = 0                # hits applied from a truncated record
+    applied_partial: int = 0                  # flows too short for a truncated record: its first part applied
     records_written: int = 0
     records_truncated: int = 0                # of records_written
     records_duplicate: int = 0                # not written: an isomorphic record exists

@@ -219,7 +219,8 @@ def _memo_summary(memo) -> dict | None:
     return {"cache": str(memo.store.path) if memo.store is not None else None,
             "fingerprint": memo.fingerprint[:16], "records_loaded": m.records_loaded,
             "lookups": m.lookups, "hits": m.hits, "misses": m.misses, "not_applied": m.not_applied,
-            "applied_truncated": m.applied_truncated, "records_written": m.records_written,
+            "applied_truncated": m.applied_truncated, "applied_partial": m.applied_partial,
+            "records_written": m.records_written,
             "records_truncated": m.records_truncated, "records_duplicate": m.records_duplicate,
             "lookup_wall_s": round(m.lookup_s, 3),
             "warnings": m.problems}
