@@ -504,3 +504,16 @@ def test_mutated_scenarios_load_or_fail_cleanly(tmp_path, case):
         assert isinstance(load_scenario(target), Scenario)
     except ScenarioError as e:
         assert "\n" not in str(e) and str(e).startswith(str(target))
+
+
+BUNDLED = sorted(SCENARIOS.glob("**/*.yaml"))
+
+
+@pytest.mark.parametrize("path", BUNDLED, ids=lambda p: p.parent.name + "/" + p.name)
+def test_every_bundled_scenario_loads_and_builds_its_workload(path):
+    from bridge.simulation import build_workload
+    from bridge.topology import build_topology
+
+    scenario = load_scenario(path)
+    workload = build_workload(scenario, build_topology(scenario.topology))
+    assert workload.flows and all(f.size > 0 for f in workload.flows)
