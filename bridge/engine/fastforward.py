@@ -362,7 +362,8 @@ class FastForward:
         # A flow that ends before a freeze could pay (min_freeze at line rate) ends the partition
         # before the steady test can pass, and no record can be applied to it: no lookup.
         line_rate = max(self.line_rate[self.conn_of[f]] for f in flows)
-        if any(self._untransmitted(f) < self.spec.margin + self.spec.min_freeze * line_rate for f in flows):
+        unsent = {f: self._untransmitted(f) for f in flows}
+        if min(unsent.values()) < self.spec.margin + self.spec.min_freeze * line_rate:
             return
         labels, rates = {}, {}
         for f in flows:
@@ -376,46 +377,46 @@ class FastForward:
         # truncated one to flows that outlast it by `margin`, or its first part to shorter ones.
         # None fits: record this partition.
         candidates = self.memo.lookup(graph)
-        fits = [(t, self._steady_ns(t, flows)) for t in candidates]
+        fits = [(t, self._steady_ns(t, unsent)) for t in candidates]
         hit, steady_ns = next(((t, s) for t, s in fits if s >= 0), (None, -1))
-        partial = next((t for t in candidates if t.truncated), None) if hit is None else None
-        if partial is not None:
+        if hit is not None:
+            self.memo.stats.applied_truncated += hit.truncated
+            until = now + hit.transient_ns + steady_ns
+        else:
             # Too short even for the truncated record: apply its first part, as a hit interrupted
             # then (proportional bytes, own congestion state), until the first flow nears its end.
-            cut = self._partial_ns(partial, flows)
-            if cut >= self.spec.min_freeze:
-                self.memo.stats.applied_partial += 1
-                self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=now + cut, rates=partial.rates,
-                                              memo=partial), now)
+            hit = next((t for t in candidates if t.truncated), None)
+            partial_ns = self._partial_ns(hit, unsent) if hit is not None else -1
+            if partial_ns < self.spec.min_freeze:
+                if candidates:
+                    self.memo.stats.not_applied += 1
+                cut = self._cut_ns(flows) if self.truncated_records else -1
+                table = self.net.flows.GetTable()
+                st.forming = Forming(graph, now, {f: self._owed(f, rates[f]) for f in flows},
+                                     {f: int(table.GetDelivered(f)) for f in flows},
+                                     now + cut if cut >= 0 else NEVER)
                 return
-        if hit is None:
-            if candidates:
-                self.memo.stats.not_applied += 1
-            cut = self._cut_ns(flows) if self.truncated_records else -1
-            table = self.net.flows.GetTable()
-            st.forming = Forming(graph, now, {f: self._owed(f, rates[f]) for f in flows},
-                                 {f: int(table.GetDelivered(f)) for f in flows},
-                                 now + cut if cut >= 0 else NEVER)
-            return
-        self.memo.stats.applied_truncated += hit.truncated
-        until = now + hit.transient_ns + steady_ns
+            self.memo.stats.applied_partial += 1
+            until = now + partial_ns
         self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=until, rates=hit.rates, memo=hit), now)
 
-    def _steady_ns(self, t: Transient, flows: list[int]) -> int:
-        """How long `flows` stay steady after the memoized transient `t` before one of them gets
-        within `margin` of its end (0 after a truncated one); -1 if they are too short for it."""
-        left = {f: self._untransmitted(f) - t.bytes[f] - self.spec.margin for f in flows}
+    def _steady_ns(self, t: Transient, unsent: dict[int, int]) -> int:
+        """How long flows with `unsent` bytes left stay steady after the memoized transient `t`
+        before one of them gets within `margin` of its end (0 after a truncated one); -1 if they are
+        too short for it."""
+        flows = list(unsent)
+        left = {f: unsent[f] - t.bytes[f] - self.spec.margin for f in flows}
         if min(left.values()) < 0:
             return -1
         if t.truncated:
             return 0
         return -1 if any(t.rates[f] <= 0 for f in flows) else int(min(left[f] / t.rates[f] for f in flows))
 
-    def _partial_ns(self, t: Transient, flows: list[int]) -> int:
-        """How far into the memoized transient `t` (its bytes spread evenly over it) `flows` can go
-        before one of them gets within `margin` of its end."""
-        return min((int((self._untransmitted(f) - self.spec.margin) * t.transient_ns / t.bytes[f])
-                    for f in flows if t.bytes[f] > 0), default=-1)
+    def _partial_ns(self, t: Transient, unsent: dict[int, int]) -> int:
+        """How far into the memoized transient `t` (its bytes spread evenly over it) flows with
+        `unsent` bytes left can go before one of them gets within `margin` of its end."""
+        return min((int((left - self.spec.margin) * t.transient_ns / t.bytes[f])
+                    for f, left in unsent.items() if t.bytes[f] > 0), default=-1)
 
     def _record(self, st: PartitionState, rates: dict[int, float], now: int, truncated: bool = False) -> None:
         forming, st.forming = st.forming, None
