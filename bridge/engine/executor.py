@@ -123,10 +123,11 @@ class Executor:
         self.connection_of[task_id] = conn
         queue = self.unfinished_on.setdefault(conn, deque())
         queue.append(task_id)
-        if len(queue) == 1:
+        heads = len(queue) == 1       # else it waits behind earlier flows of its connection
+        if heads:
             self.head_ns[task_id] = now
         self.net.flows.StartFlow(self.flow_index[task_id], conn, task.size)
-        if self.ff is not None:
+        if heads and self.ff is not None:
             self.ff.flow_started(self.flow_index[task_id], conn, (task.src, task.dst), now)
         self.flows_running += 1
 
@@ -148,13 +149,14 @@ class Executor:
                 self.flows_running -= 1
                 self.flows_done += 1
                 end = int(table.GetEndNs(idx))
-                if self.ff is not None:
-                    self.ff.flow_finished(idx, end)
                 task_id = by_index[idx].id
                 queue = self.unfinished_on[self.connection_of[task_id]]
                 queue.remove(task_id)         # the first: a connection delivers its flows in order
-                if queue and self.head_ns[queue[0]] < 0:
-                    self.head_ns[queue[0]] = end
+                successor = queue[0] if queue and self.head_ns[queue[0]] < 0 else None
+                if successor is not None:
+                    self.head_ns[successor] = end
+                if self.ff is not None:
+                    self.ff.flow_finished(idx, end, None if successor is None else self.flow_index[successor])
                 self._finish(task_id, end)
             if n < len(self._completed_buf):
                 return

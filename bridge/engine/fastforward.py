@@ -140,7 +140,6 @@ class FastForward:
         self.parts = Partitions()
         self.state: dict[int, PartitionState] = {}
         self.conn_of: dict[int, int] = {}
-        self.conn_flows: dict[int, list[int]] = {}        # active flows per connection, FIFO
         self.head_since: dict[int, int] = {}              # flow -> since when it is its connection's first
         self.paths: dict[int, frozenset[int]] = {}           # per connection: ports of its partition tags
         self.ports_of: dict[int, FlowPorts] = {}          # per connection: ports its data and ACKs leave by
@@ -160,6 +159,8 @@ class FastForward:
     # -- flow life cycle (called by the executor) -------------------------------------------
 
     def flow_started(self, flow: int, conn: int, hosts: tuple[int, int], now: int) -> None:
+        """`flow` starts sending: the first unfinished flow of its connection. (A flow queued behind
+        others changes nothing in the network until it reaches the head: see flow_finished.)"""
         t0 = time.perf_counter()
         if not self.probing:
             self.probe.Start(self.spec.tau)
@@ -183,13 +184,6 @@ class FastForward:
                                      + sum(self.ports.propagation[p] for p in acks))
                 self.line_rate[conn] = self.ports.rates[ordered[0]]
         self.conn_of[flow] = conn
-        queue = self.conn_flows.setdefault(conn, [])
-        queue.append(flow)
-        if len(queue) > 1:
-            # Queued behind its connection's sending flow, on the same path: nothing in the network
-            # changes until it reaches the head, where it takes the finished flow's place.
-            self.stats.control_s += time.perf_counter() - t0
-            return
         touched = self.parts.touching(path)
         for pid in touched:
             self._thaw(pid, now, planned=False)
@@ -203,18 +197,19 @@ class FastForward:
         self.formed.add(part.id)
         self.stats.control_s += time.perf_counter() - t0
 
-    def flow_finished(self, flow: int, now: int) -> None:
+    def flow_finished(self, flow: int, now: int, successor: int | None = None) -> None:
+        """`flow` completed; `successor`, the next flow of its connection, starts sending."""
         t0 = time.perf_counter()
         pid = self.parts.of_flow[flow]
         self._close_interval(pid, now)
         del self.state[pid]
-        queue = self.conn_flows[self.conn_of.pop(flow)]
-        queue.remove(flow)
+        conn = self.conn_of.pop(flow)
         del self.head_since[flow]
         self.thawed.pop(flow, None)
-        if queue:  # the connection's next flow takes over the same ports: no split
-            parts = [self.parts.replace_flow(flow, queue[0])]
-            self.head_since[queue[0]] = now
+        if successor is not None:  # it takes over the same ports: no split
+            self.conn_of[successor] = conn
+            parts = [self.parts.replace_flow(flow, successor)]
+            self.head_since[successor] = now
         else:
             parts = self.parts.remove_flow(flow)
         for part in parts:
