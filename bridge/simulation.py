@@ -81,7 +81,7 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
     ff = None
     if options.accel:
         memo = open_memo(scenario, options.cache) if options.memo and options.fast_forward else None
-        ff = FastForward(net, len(workload.flows), scenario.accel, options.fast_forward, memo,
+        ff = FastForward(net, [t.size for t in workload.flows], scenario.accel, options.fast_forward, memo,
                          port_properties(topology, scenario.transport.mtu))
     build_s = time.perf_counter() - t_build
     stop = options.stop_time_ns or scenario.stop_time or DEFAULT_STOP_TIME_NS
@@ -169,7 +169,8 @@ def open_memo(scenario: Scenario, path: str | Path | None = None) -> Memo:
     # An RDMA transport counts by its resolved parameters (its config file by content, not path).
     settings = {"transport": (dataclasses.asdict(transport.resolved()) if transport.kind == "rdma"
                               else transport.model_dump(mode="json")),
-                "accel": scenario.accel.model_dump(mode="json"),
+                # (computed or simulated flow ends do not change what a record holds)
+                "accel": scenario.accel.model_dump(mode="json", exclude={"flow_ends"}),
                 "versions": {"wormhole": __version__, "ns3": ns3_version(), "record_model": RECORD_MODEL}}
     try:
         return Memo(open_store(path), fingerprint(settings), f"wormhole-sim {__version__} / ns-3 {ns3_version()}",

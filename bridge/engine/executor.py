@@ -146,20 +146,27 @@ class Executor:
             n = int(table.PopCompleted(self._completed_buf, len(self._completed_buf)))
             for idx in self._completed_buf[:n]:
                 idx = int(idx)
-                self.flows_running -= 1
-                self.flows_done += 1
-                end = int(table.GetEndNs(idx))
                 task_id = by_index[idx].id
-                queue = self.unfinished_on[self.connection_of[task_id]]
-                queue.remove(task_id)         # the first: a connection delivers its flows in order
-                successor = queue[0] if queue and self.head_ns[queue[0]] < 0 else None
-                if successor is not None:
-                    self.head_ns[successor] = end
-                if self.ff is not None:
-                    self.ff.flow_finished(idx, end, None if successor is None else self.flow_index[successor])
-                self._finish(task_id, end)
+                if self.end_ns[task_id] < 0:   # else its end was computed inside a frozen partition
+                    self._flow_completed(task_id, int(table.GetEndNs(idx)))
             if n < len(self._completed_buf):
-                return
+                break
+        if self.ff is not None:
+            for idx, end in self.ff.pop_completions(self.net.now_ns()):
+                self._flow_completed(by_index[idx].id, end)
+
+    def _flow_completed(self, task_id: int, end: int) -> None:
+        self.flows_running -= 1
+        self.flows_done += 1
+        queue = self.unfinished_on[self.connection_of[task_id]]
+        queue.remove(task_id)         # the first: a connection delivers its flows in order
+        successor = queue[0] if queue and self.head_ns[queue[0]] < 0 else None
+        if successor is not None:
+            self.head_ns[successor] = end
+        if self.ff is not None:
+            self.ff.flow_finished(self.flow_index[task_id], end,
+                                  None if successor is None else self.flow_index[successor])
+        self._finish(task_id, end)
 
     # -- main loop --------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ A memo hit restores congestion state but not queue occupancy: the queues refill 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -42,20 +43,51 @@ REPLAN_NS = 2_000     # a truncated record is taken once it is due within this (
 
 @dataclass
 class Frozen:
+    """A frozen partition and what its flows deliver meanwhile, in the model that skips their bytes.
+
+    With computed ends, each flow also has the bytes it had `left` to deliver when it entered the
+    model; it completes when the model has delivered them (`ends`), and the next flow of its
+    connection takes over at its rate (`joined`): a QP's byte stream goes on, the boundary between
+    two flows is an offset in it. A completed flow stays in the partition (`done`) until the thaw,
+    which skips its unsent bytes; its packets in flight then arrive and complete it in ns-3, late
+    and ignored. A connection whose completed flow has no successor yet is `vacant`."""
+
     group: int
     since_ns: int
     until_ns: int                 # planned thaw
     rates: dict[int, float]       # flow index -> delivered bytes per ns
     memo: Transient | None = None  # a memoized transient precedes the steady rates
+    left: dict[int, int] = field(default_factory=dict)      # computed ends only
+    ends: dict[int, int] = field(default_factory=dict)      # flow -> computed completion, still ahead
+    joined: dict[int, int] = field(default_factory=dict)    # flow -> when it took over its connection
+    done: set[int] = field(default_factory=set)
+    order: dict[int, list[int]] = field(default_factory=dict)  # connection -> its flows in stream order
+    vacant: dict[int, int] = field(default_factory=dict)    # connection -> its completed flow
 
     def skipped_bytes(self, flow: int, shift: int) -> int:
         """Bytes `flow` would have delivered in `shift` ns of this freeze."""
+        if flow in self.joined:
+            delivered = int(self.rates[flow] * max(0, shift - (self.joined[flow] - self.since_ns)))
+        elif self.memo is None:
+            delivered = int(self.rates[flow] * shift)
+        else:
+            t, size = self.memo.transient_ns, self.memo.bytes[flow]
+            if shift < t:                                   # interrupted during the transient
+                delivered = size * shift // t
+            else:
+                delivered = size + int(self.rates[flow] * (shift - t))
+        return min(delivered, self.left[flow]) if flow in self.left else delivered
+
+    def end_ns(self, flow: int) -> int:
+        """When the model has delivered the `left` bytes of `flow` (after any memoized transient:
+        a hit needs flows that outlast it)."""
+        left, rate = self.left[flow], self.rates[flow]
+        if flow in self.joined:
+            return self.joined[flow] + math.ceil(left / rate)
         if self.memo is None:
-            return int(self.rates[flow] * shift)
+            return self.since_ns + math.ceil(left / rate)
         t, size = self.memo.transient_ns, self.memo.bytes[flow]
-        if shift < t:                                   # interrupted during the transient
-            return size * shift // t
-        return size + int(self.rates[flow] * (shift - t))
+        return self.since_ns + t + math.ceil(max(0, left - size) / rate)
 
 
 @dataclass
@@ -105,6 +137,8 @@ class FastForwardStats:
     skip_backs: int = 0
     bytes_skipped: int = 0
     frozen_ns: int = 0            # sum over partitions of time spent frozen
+    ends_computed: int = 0        # flows completed inside a frozen partition
+    handovers: int = 0            # ... whose connection's next flow took over, still frozen
     checks: int = 0
     control_s: float = 0.0        # wall time in this controller (detection, freeze, thaw)
     intervals: list[ModeInterval] = field(default_factory=list)
@@ -113,13 +147,21 @@ class FastForwardStats:
 class FastForward:
     """Partitions, steady detection and freeze/thaw for one running network."""
 
-    def __init__(self, net: Ns3Network, n_flows: int, spec, enabled: bool = True,
+    def __init__(self, net: Ns3Network, flow_sizes: list[int], spec, enabled: bool = True,
                  memo: Memo | None = None, ports: Ports | None = None):
         self.net = net
         self.spec = spec
+        self.flow_sizes = flow_sizes
+        n_flows = len(flow_sizes)
+        # Flows complete inside frozen partitions at their computed time (RDMA: a QP's flows are
+        # offsets in one byte stream). TCP's flows pass through the socket's send buffer, whose
+        # bytes cannot be moved across a flow boundary: there every end is simulated.
+        self.computed_ends = net.rdma and spec.flow_ends == "computed"
+        self.unreported: set[int] = set()                 # computed ends not yet back in flow_finished
+        self.dropped: dict[int, tuple[int, tuple[int, int]]] = {}  # ... whose partition thawed: (conn, hosts)
         self.enabled = enabled
         self.memo = memo if enabled else None
-        self.ports = ports                   # required with memo
+        self.ports = ports
         # Truncated records on RDMA only: on TCP gpt-bench, hits on them made the pipeline flows
         # 14-20 % late (FCT error 4.6 -> 10.2 %); why is not understood yet.
         self.truncated_records = net.rdma
@@ -173,21 +215,29 @@ class FastForward:
             # port of its link), so a partition holds both ports of every link its flows cross:
             # data and ACKs of a connection may take different spines.
             path = self.paths[conn] = frozenset(ordered) | frozenset(p ^ 1 for p in ordered)
+            data = ordered[:len(ordered) // 2]            # the data path, then the ACK path (same hops)
+            self.ports_of[conn] = FlowPorts(frozenset(data), frozenset(ordered[len(data):]))
+            # Delivered bytes count at the receiver (TCP), or at the sender when their ACK arrives
+            # (RDMA: the QP's acknowledged bytes), one ACK path later.
+            acks = ordered[len(data):] if self.net.rdma else []
+            self.lag_ns[conn] = (sum(self.ports.delays[p] for p in data)
+                                 + sum(self.ports.propagation[p] for p in acks))
+            self.line_rate[conn] = self.ports.rates[ordered[0]]
             if self.memo is not None:
                 self.path_labels[conn] = ",".join(self.ports.labels[p] for p in ordered)
-                data = ordered[:len(ordered) // 2]        # the data path, then the ACK path (same hops)
-                self.ports_of[conn] = FlowPorts(frozenset(data), frozenset(ordered[len(data):]))
-                # Delivered bytes count at the receiver (TCP), or at the sender when their ACK
-                # arrives (RDMA: the QP's acknowledged bytes), one ACK path later.
-                acks = ordered[len(data):] if self.net.rdma else []
-                self.lag_ns[conn] = (sum(self.ports.delays[p] for p in data)
-                                     + sum(self.ports.propagation[p] for p in acks))
-                self.line_rate[conn] = self.ports.rates[ordered[0]]
         self.conn_of[flow] = conn
         touched = self.parts.touching(path)
+        if len(touched) == 1:
+            pid = next(iter(touched))
+            frozen = self.state[pid].frozen
+            if frozen is not None and conn in frozen.vacant:  # it takes over, still frozen
+                self._take_over(frozen, frozen.vacant.pop(conn), flow, now)
+                self.stats.control_s += time.perf_counter() - t0
+                return
         for pid in touched:
             self._thaw(pid, now, planned=False)
         self._thaw_interrupted(now)
+        touched = self.parts.touching(path)  # (a thaw drops the flows completed while frozen)
         for pid in touched:  # they merge into one partition that starts its history now
             self._close_interval(pid, now)
             del self.state[pid]
@@ -199,6 +249,15 @@ class FastForward:
 
     def flow_finished(self, flow: int, now: int, successor: int | None = None) -> None:
         """`flow` completed; `successor`, the next flow of its connection, starts sending."""
+        if flow in self.unreported:
+            self.unreported.discard(flow)
+            if flow in self.dropped:  # its partition thawed at the same ns, after its end was computed
+                conn, hosts = self.dropped.pop(flow)
+                if successor is not None:
+                    self.flow_started(successor, conn, hosts, now)
+            else:
+                self._completed_frozen(self.parts.of_flow[flow], flow, now, successor)
+            return
         t0 = time.perf_counter()
         pid = self.parts.of_flow[flow]
         self._close_interval(pid, now)
@@ -217,6 +276,21 @@ class FastForward:
             self.formed.add(part.id)
         self.stats.control_s += time.perf_counter() - t0
 
+    def pop_completions(self, now: int) -> list[tuple[int, int]]:
+        """Flows whose computed end inside a frozen partition has come: (flow, end ns), in order of
+        their ends. Called after each run slice, before anything can thaw their partitions; the
+        executor reports each back through flow_finished, as a simulated end."""
+        due = []
+        for st in self.state.values():
+            frozen = st.frozen
+            if frozen is not None and frozen.ends:
+                for flow in [f for f, end in frozen.ends.items() if end <= now]:
+                    due.append((frozen.ends.pop(flow), flow))
+                    frozen.done.add(flow)
+                    self.unreported.add(flow)
+        self.stats.ends_computed += len(due)
+        return [(flow, end) for end, flow in sorted(due)]
+
     # -- decisions ---------------------------------------------------------------------------
 
     def prepare(self, now: int) -> None:
@@ -234,7 +308,8 @@ class FastForward:
         self.stats.control_s += time.perf_counter() - t0
 
     def next_wakeup_ns(self) -> int:
-        planned = min((s.frozen.until_ns if s.frozen else s.forming.record_ns if s.forming else NEVER
+        planned = min((min(s.frozen.until_ns, min(s.frozen.ends.values(), default=NEVER)) if s.frozen
+                       else s.forming.record_ns if s.forming else NEVER
                        for s in self.state.values()), default=NEVER)
         return min(planned, self.next_check_ns if self.enabled and len(self.parts) else NEVER)
 
@@ -312,6 +387,12 @@ class FastForward:
     def _freeze(self, part: Partition, st: PartitionState, frozen: Frozen, now: int) -> None:
         tags = np.array(part.tags(self.net.n_ports), dtype=np.uint32)
         frozen.group = int(self.sim.Freeze(tags, len(tags)))
+        if self.computed_ends and (frozen.memo is None or not frozen.memo.truncated):
+            frozen.until_ns = NEVER                        # it thaws when something touches it
+            for flow in sorted(frozen.rates):
+                frozen.left[flow] = self._left(flow)
+                frozen.ends[flow] = frozen.end_ns(flow)
+                frozen.order[self.conn_of[flow]] = [flow]
         self._close_interval(part.id, now)
         st.frozen = frozen
         st.forming = None
@@ -327,10 +408,18 @@ class FastForward:
         if self.net.rdma:
             for conn in sorted({self.conn_of[flow] for flow in frozen.rates}):
                 self.net.flows.GetSender(conn).ShiftTimes(shift)
+        # A connection skips the bytes its flows delivered in the model, in stream order: a flow
+        # completed meanwhile gives up all its unsent bytes, and the bytes it still had in flight
+        # come out of its successor's (they arrive after the thaw, where the successor's would).
+        stream = frozen.order or {self.conn_of[flow]: [flow] for flow in frozen.rates}
+        for conn, flows in stream.items():
+            owed = sum(frozen.skipped_bytes(flow, shift) for flow in flows)
+            for flow in flows:
+                skipped = int(self.net.flows.SkipFlow(flow, conn, owed))
+                owed -= skipped
+                self.stats.bytes_skipped += skipped
         for flow, rate in frozen.rates.items():
             conn = self.conn_of[flow]
-            skipped = int(self.net.flows.SkipFlow(flow, conn, frozen.skipped_bytes(flow, shift)))
-            self.stats.bytes_skipped += skipped
             self.thawed[flow] = (rate, now)
             # The stored congestion state is where the transient ends: an interrupted transient
             # keeps the state it had (the flow resumes its own ramp with the bytes it was credited).
@@ -346,6 +435,64 @@ class FastForward:
                                                  else "memo", len(self.parts.by_id[pid].flows)))
         st.frozen = None
         st.since_ns = now  # the window must see the thawed partition run again
+        if frozen.done:
+            self._drop_completed(pid, sorted(frozen.done), now)
+
+    # -- computed ends -----------------------------------------------------------------------
+
+    def _left(self, flow: int) -> int:
+        """Bytes of `flow` still to deliver (its unsent bytes and those in flight)."""
+        table = self.net.flows.GetTable()
+        return self.flow_sizes[flow] - int(table.GetDelivered(flow)) - int(table.GetSkipped(flow))
+
+    def _completed_frozen(self, pid: int, flow: int, now: int, successor: int | None) -> None:
+        """`flow` completed inside its frozen partition. Its connection's next flow takes over at its
+        rate. Without one, the partition stays frozen only if nothing else crosses the ports it
+        sent data on: then the others' rates do not depend on it."""
+        t0 = time.perf_counter()
+        frozen = self.state[pid].frozen
+        conn = self.conn_of[flow]
+        if successor is not None:
+            self._take_over(frozen, flow, successor, now)
+        else:
+            data = self.ports_of[conn].data
+            others = [f for f in frozen.rates if f not in frozen.done]
+            if others and not any(self.ports_of[self.conn_of[f]].data & data for f in others):
+                frozen.vacant[conn] = flow
+            else:
+                self._thaw(pid, now, planned=True)
+        self.stats.control_s += time.perf_counter() - t0
+
+    def _take_over(self, frozen: Frozen, flow: int, successor: int, now: int) -> None:
+        """`successor`, the next flow of `flow`'s connection, starts inside the frozen partition."""
+        conn = self.conn_of[flow]
+        self.conn_of[successor] = conn
+        self.head_since[successor] = now
+        self.parts.add_flow(successor, self.paths[conn], self.parts.flow_hosts[flow])  # same ports
+        frozen.rates[successor] = frozen.rates[flow]
+        # Its deliveries (acknowledged bytes) follow its predecessor's without a gap if it was queued
+        # before the predecessor's last bytes left; else they start one lag after it started.
+        started = int(self.net.flows.GetTable().GetStartNs(successor))
+        frozen.joined[successor] = max(now, started + math.ceil(self.lag_ns[conn]))
+        frozen.left[successor] = self._left(successor)
+        frozen.ends[successor] = frozen.end_ns(successor)
+        frozen.order[conn].append(successor)
+        self.stats.handovers += 1
+
+    def _drop_completed(self, pid: int, flows: list[int], now: int) -> None:
+        """A thaw: the flows completed while frozen leave the partition (their last packets, still
+        in flight, arrive as ns-3 runs on). What remains starts its history anew."""
+        rest = self.parts.by_id[pid].flows.difference(flows)
+        for flow in flows:
+            conn = self.conn_of.pop(flow)
+            if flow in self.unreported:
+                self.dropped[flow] = (conn, self.parts.flow_hosts[flow])
+            del self.head_since[flow]
+            self.thawed.pop(flow, None)
+            self.parts.remove_flow(flow)
+        del self.state[pid]
+        for part_id in sorted({self.parts.of_flow[f] for f in rest}):
+            self.state[part_id] = PartitionState(since_ns=now)
 
     # -- memoization -------------------------------------------------------------------------
 
