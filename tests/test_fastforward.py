@@ -99,6 +99,73 @@ def test_a_flow_queued_on_a_busy_connection_leaves_its_frozen_partition_alone(tm
     assert fct_errors(stock.flows, accel.flows).max() < 0.02
 
 
+def rdma_scenario(tmp_path: Path, flows: list[dict], name: str = "ends") -> Path:
+    """The leaf-spine above on RDMA (DCQCN); flows of a host pair share one queue pair."""
+    path = scenario(tmp_path, flows, name)
+    data = yaml.safe_load(path.read_text())
+    data["transport"] = {"kind": "rdma", "cc": "dcqcn", "persistent_connections": True}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_queue_pairs_next_flow_takes_over_inside_the_frozen_partition(tmp_path):
+    # h0 -> h5 sends 8 MB, then 4 MB queued behind it on the same QP. The first ends inside the
+    # frozen partition at its computed time and the second goes on at its rate: nothing thaws
+    # until the second's end, and neither end is simulated.
+    path = rdma_scenario(tmp_path, [{"src": 0, "dst": 5, "size": "8MB", "start": "0us"},
+                                    {"src": 0, "dst": 5, "size": "4MB", "start": "100us"}])
+    accel = api.run(path, tmp_path / "accel", accel=True, memo=False)
+    s = accel.summary["accel"]
+    assert s["flow_ends"] == "computed" and s["ends_computed"] == 2 and s["handovers_frozen"] == 1
+    assert s["freezes"] == 1 and s["skip_backs"] == 0 and s["tagging_errors"] == 0
+    first, second = accel.flows.set_index("flow_id").loc[0], accel.flows.set_index("flow_id").loc[1]
+    assert second.head_ns == first.end_ns
+    assert s["bytes_skipped"] > 0.9 * accel.summary["bytes"]
+    stock = api.run(path, tmp_path / "stock")
+    assert fct_errors(stock.flows, accel.flows).max() < 0.005
+    simulated = api.run(path, tmp_path / "simulated", accel=True, memo=False,
+                        accel_overrides={"flow_ends": "simulated"})
+    assert simulated.summary["accel"]["ends_computed"] == 0
+    assert simulated.summary["accel"]["freezes"] == 2     # thawed before each flow's end
+    assert accel.summary["events"] < 0.5 * simulated.summary["events"]
+
+
+@pytest.mark.parametrize("gap_us", [4, 30])
+def test_a_connection_left_vacant_waits_one_sample_for_its_next_flow(tmp_path, gap_us):
+    # h0 -> h5 ends inside a partition it shares with h5 -> h0 (the same links the other way: no
+    # data port in common, but its ACKs cross h5 -> h0's data), which stays frozen for one rate
+    # sample (10 us). h0's next flow starts `gap_us` after that end on the idle QP: within the
+    # sample it takes the vacant place, its first bytes acknowledged one round trip after it starts
+    # (without that lag its FCT would come out 0.9 % short); later, the partition has thawed.
+    # When the second h0 -> h5 flow ends, h5 -> h0 is left alone and the partition thaws again.
+    path = rdma_scenario(tmp_path, [{"src": 0, "dst": 5, "size": "4MB", "start": "0us"},
+                                    {"src": 5, "dst": 0, "size": "16MB", "start": "0us"},
+                                    {"src": 0, "dst": 5, "size": "4MB", "start": f"{356 + gap_us}us"}])
+    accel = api.run(path, tmp_path / "accel", accel=True, memo=False)
+    s = accel.summary["accel"]
+    flows = accel.flows.set_index("flow_id")
+    assert flows.loc[0].end_ns < 356_500                     # the gap is real
+    assert s["ends_computed"] == 3 and s["skip_backs"] == 0
+    assert s["handovers_frozen"] == (1 if gap_us < 10 else 0)
+    stock = api.run(path, tmp_path / "stock")
+    assert fct_errors(stock.flows, accel.flows).max() < 0.003
+
+
+def test_a_flow_ending_on_a_shared_port_thaws_its_partition(tmp_path):
+    # A 2-to-1 incast of 4 MB and 8 MB: when the short flow ends, the long one speeds up, which the
+    # frozen rates cannot know. Its end is computed, then the partition thaws and the long flow
+    # runs on in ns-3 until it is steady again.
+    path = rdma_scenario(tmp_path, [{"src": 1, "dst": 5, "size": "4MB", "start": "0us"},
+                                    {"src": 2, "dst": 5, "size": "8MB", "start": "0us"}])
+    accel = api.run(path, tmp_path / "accel", accel=True, memo=False)
+    s = accel.summary["accel"]
+    assert s["ends_computed"] == 2 and s["freezes"] == 2 and s["skip_backs"] == 0
+    timeline = pd.read_csv(tmp_path / "accel" / "partitions.csv")
+    assert list(timeline["mode"]) == ["simulate", "frozen", "simulate", "frozen"]
+    stock = api.run(path, tmp_path / "stock")
+    assert fct_errors(stock.flows, accel.flows).max() < 0.01
+
+
 def test_skip_reaches_into_the_socket_send_buffer(tmp_path):
     """A connection's only flow loses its never-transmitted bytes in the TCP send buffer too. In a
     2-to-1 incast (ECN keeps each cwnd near 70 KB) what remains after the thaw is the 64 KB margin

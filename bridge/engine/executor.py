@@ -127,8 +127,11 @@ class Executor:
         if heads:
             self.head_ns[task_id] = now
         self.net.flows.StartFlow(self.flow_index[task_id], conn, task.size)
-        if heads and self.ff is not None:
-            self.ff.flow_started(self.flow_index[task_id], conn, (task.src, task.dst), now)
+        if self.ff is not None:
+            if heads:
+                self.ff.flow_started(self.flow_index[task_id], conn, (task.src, task.dst), now)
+            else:
+                self.ff.flow_queued(conn)
         self.flows_running += 1
 
     def _finish(self, task_id: int, at_ns: int) -> None:

@@ -59,10 +59,13 @@ class Frozen:
     memo: Transient | None = None  # a memoized transient precedes the steady rates
     left: dict[int, int] = field(default_factory=dict)      # computed ends only
     ends: dict[int, int] = field(default_factory=dict)      # flow -> computed completion, still ahead
+    checks: dict[int, int] = field(default_factory=dict)    # flow -> when to decide if its end may be computed
+    in_flight: dict[int, int] = field(default_factory=dict)  # connection -> bytes sent, unacknowledged at the freeze
     joined: dict[int, int] = field(default_factory=dict)    # flow -> when it took over its connection
     done: set[int] = field(default_factory=set)
     order: dict[int, list[int]] = field(default_factory=dict)  # connection -> its flows in stream order
     vacant: dict[int, int] = field(default_factory=dict)    # connection -> its completed flow
+    vacant_until: dict[int, int] = field(default_factory=dict)  # connection -> thaw unless filled by then
 
     def skipped_bytes(self, flow: int, shift: int) -> int:
         """Bytes `flow` would have delivered in `shift` ns of this freeze."""
@@ -158,6 +161,7 @@ class FastForward:
         # bytes cannot be moved across a flow boundary: there every end is simulated.
         self.computed_ends = net.rdma and spec.flow_ends == "computed"
         self.unreported: set[int] = set()                 # computed ends not yet back in flow_finished
+        self.queued: dict[int, int] = {}                  # per connection: flows waiting behind its first
         self.dropped: dict[int, tuple[int, tuple[int, int]]] = {}  # ... whose partition thawed: (conn, hosts)
         self.enabled = enabled
         self.memo = memo if enabled else None
@@ -231,6 +235,8 @@ class FastForward:
             pid = next(iter(touched))
             frozen = self.state[pid].frozen
             if frozen is not None and conn in frozen.vacant:  # it takes over, still frozen
+                frozen.vacant_until.pop(conn, None)
+                frozen.until_ns = min(frozen.vacant_until.values(), default=NEVER)
                 self._take_over(frozen, frozen.vacant.pop(conn), flow, now)
                 self.stats.control_s += time.perf_counter() - t0
                 return
@@ -247,8 +253,15 @@ class FastForward:
         self.formed.add(part.id)
         self.stats.control_s += time.perf_counter() - t0
 
+    def flow_queued(self, conn: int) -> None:
+        """A flow was released onto `conn` behind unfinished ones: it starts when they end."""
+        self.queued[conn] = self.queued.get(conn, 0) + 1
+
     def flow_finished(self, flow: int, now: int, successor: int | None = None) -> None:
         """`flow` completed; `successor`, the next flow of its connection, starts sending."""
+        if successor is not None:
+            conn = self.dropped[flow][0] if flow in self.dropped else self.conn_of[flow]
+            self.queued[conn] -= 1
         if flow in self.unreported:
             self.unreported.discard(flow)
             if flow in self.dropped:  # its partition thawed at the same ns, after its end was computed
@@ -308,7 +321,8 @@ class FastForward:
         self.stats.control_s += time.perf_counter() - t0
 
     def next_wakeup_ns(self) -> int:
-        planned = min((min(s.frozen.until_ns, min(s.frozen.ends.values(), default=NEVER)) if s.frozen
+        planned = min((min(s.frozen.until_ns, min(s.frozen.ends.values(), default=NEVER),
+                            min(s.frozen.checks.values(), default=NEVER)) if s.frozen
                        else s.forming.record_ns if s.forming else NEVER
                        for s in self.state.values()), default=NEVER)
         return min(planned, self.next_check_ns if self.enabled and len(self.parts) else NEVER)
@@ -317,6 +331,9 @@ class FastForward:
         """After each run slice: skip-backs, planned thaws, then the steady test if due."""
         t0 = time.perf_counter()
         self._thaw_interrupted(now)
+        for pid, st in list(self.state.items()):
+            if st.frozen and st.frozen.checks:
+                self._check_ends(pid, st.frozen, now)
         for pid, st in list(self.state.items()):
             if st.frozen and st.frozen.until_ns <= now:
                 self._thaw(pid, now, planned=True)
@@ -390,9 +407,10 @@ class FastForward:
         if self.computed_ends and (frozen.memo is None or not frozen.memo.truncated):
             frozen.until_ns = NEVER                        # it thaws when something touches it
             for flow in sorted(frozen.rates):
-                frozen.left[flow] = self._left(flow)
-                frozen.ends[flow] = frozen.end_ns(flow)
-                frozen.order[self.conn_of[flow]] = [flow]
+                conn = self.conn_of[flow]
+                frozen.in_flight[conn] = self._left(flow) - self._untransmitted(flow)
+                frozen.order[conn] = [flow]
+                self._plan_end(frozen, flow)
         self._close_interval(part.id, now)
         st.frozen = frozen
         st.forming = None
@@ -445,20 +463,51 @@ class FastForward:
         table = self.net.flows.GetTable()
         return self.flow_sizes[flow] - int(table.GetDelivered(flow)) - int(table.GetSkipped(flow))
 
+    def _plan_end(self, frozen: Frozen, flow: int) -> None:
+        """Its computed end, and when to check it may stay computed: while it still has `margin`
+        bytes left to send (the connection's bytes in flight, queues included, come on top)."""
+        frozen.left[flow] = self._left(flow)
+        frozen.ends[flow] = end = frozen.end_ns(flow)
+        tail = self.spec.margin + frozen.in_flight[self.conn_of[flow]]
+        frozen.checks[flow] = end - math.ceil(tail / frozen.rates[flow])
+
+    def _check_ends(self, pid: int, frozen: Frozen, now: int) -> None:
+        """Flows `margin` bytes from the end of their sending. If their connection has a next flow
+        queued (it takes over the byte stream), or no other flow of the partition sends data through
+        their ports, the end is computed. Else the partition thaws now and their ends are simulated,
+        as with flow_ends "simulated": their bytes in flight at a thaw would hold up the others,
+        bytes that in ns-3 would have left before the computed end."""
+        for flow in sorted(f for f, check in frozen.checks.items() if check <= now):
+            del frozen.checks[flow]
+            conn = self.conn_of[flow]
+            if self.queued.get(conn):
+                continue
+            mine = self.ports_of[conn].data
+            if any(self.ports_of[self.conn_of[f]].data & mine
+                   for f in frozen.rates if f != flow and f not in frozen.done):
+                self._thaw(pid, now, planned=True)
+                return
+
     def _completed_frozen(self, pid: int, flow: int, now: int, successor: int | None) -> None:
         """`flow` completed inside its frozen partition. Its connection's next flow takes over at its
-        rate. Without one, the partition stays frozen only if nothing else crosses the ports it
-        sent data on: then the others' rates do not depend on it."""
+        rate. Without one, the others' rates may change: the partition thaws, unless no other flow
+        sends data through the ports its data left by (then they do not depend on it), and it stays
+        vacant. If its ACKs crossed others' data, those flows run a little faster without them
+        (about 1 %): the vacancy may then last one rate sample (tau), as ring steps hand over
+        within a few us of each other."""
         t0 = time.perf_counter()
         frozen = self.state[pid].frozen
         conn = self.conn_of[flow]
         if successor is not None:
             self._take_over(frozen, flow, successor, now)
         else:
-            data = self.ports_of[conn].data
-            others = [f for f in frozen.rates if f not in frozen.done]
-            if others and not any(self.ports_of[self.conn_of[f]].data & data for f in others):
+            mine = self.ports_of[conn]
+            others = [self.ports_of[self.conn_of[f]].data for f in frozen.rates if f not in frozen.done]
+            if others and not any(data & mine.data for data in others):
                 frozen.vacant[conn] = flow
+                if any(data & mine.acks for data in others):
+                    frozen.vacant_until[conn] = now + self.spec.tau
+                    frozen.until_ns = min(frozen.vacant_until.values())
             else:
                 self._thaw(pid, now, planned=True)
         self.stats.control_s += time.perf_counter() - t0
@@ -474,8 +523,7 @@ class FastForward:
         # before the predecessor's last bytes left; else they start one lag after it started.
         started = int(self.net.flows.GetTable().GetStartNs(successor))
         frozen.joined[successor] = max(now, started + math.ceil(self.lag_ns[conn]))
-        frozen.left[successor] = self._left(successor)
-        frozen.ends[successor] = frozen.end_ns(successor)
+        self._plan_end(frozen, successor)
         frozen.order[conn].append(successor)
         self.stats.handovers += 1
 

@@ -182,6 +182,9 @@ class RdmaTransportSpec(_Spec):
         dict[StrictStr, StrictStr | StrictInt | StrictFloat | StrictBool],
         Field(default_factory=dict)]
     rto: DelayNs = 0                                    # ns; 0 = no timeout (as the reference)
+    # Loose flows of a host pair share one queue pair, in FIFO order (as collective libraries keep
+    # theirs); else one queue pair per flow, as the reference. Training traffic always shares.
+    persistent_connections: StrictBool = False
 
     @field_validator("parameters", mode="before")
     @classmethod
@@ -204,11 +207,6 @@ class RdmaTransportSpec(_Spec):
     def mtu(self) -> int:
         """Bytes of a full data frame: payload + 48 header bytes (as TransportSpec.mtu)."""
         return self.resolved().payload_bytes + FRAME_OVERHEAD_BYTES
-
-    @property
-    def persistent_connections(self) -> bool:
-        """One queue pair per flow, as the reference (read by the loose-flow workload)."""
-        return False
 
 
 def _default_transport_kind(value: object) -> object:
