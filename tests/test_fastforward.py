@@ -151,19 +151,20 @@ def test_a_connection_left_vacant_waits_one_sample_for_its_next_flow(tmp_path, g
     assert fct_errors(stock.flows, accel.flows).max() < 0.003
 
 
-def test_a_flow_ending_on_a_shared_port_thaws_its_partition(tmp_path):
-    # A 2-to-1 incast of 4 MB and 8 MB: when the short flow ends, the long one speeds up, which the
-    # frozen rates cannot know. Its end is computed, then the partition thaws and the long flow
-    # runs on in ns-3 until it is steady again.
+def test_a_flow_ending_on_a_port_others_send_through_has_its_end_simulated(tmp_path):
+    # A 2-to-1 incast of 4 MB and 8 MB: the short flow's end changes the long one's rate, and its
+    # bytes in flight would hold the long one up after a thaw at its computed end. The partition
+    # thaws `margin` bytes before it and its end is simulated; the long flow turns steady again
+    # alone and its end is computed.
     path = rdma_scenario(tmp_path, [{"src": 1, "dst": 5, "size": "4MB", "start": "0us"},
                                     {"src": 2, "dst": 5, "size": "8MB", "start": "0us"}])
     accel = api.run(path, tmp_path / "accel", accel=True, memo=False)
     s = accel.summary["accel"]
-    assert s["ends_computed"] == 2 and s["freezes"] == 2 and s["skip_backs"] == 0
+    assert s["ends_computed"] == 1 and s["freezes"] == 2 and s["skip_backs"] == 0
     timeline = pd.read_csv(tmp_path / "accel" / "partitions.csv")
-    assert list(timeline["mode"]) == ["simulate", "frozen", "simulate", "frozen"]
+    assert list(timeline["mode"]) == ["simulate", "frozen", "simulate", "simulate", "frozen"]
     stock = api.run(path, tmp_path / "stock")
-    assert fct_errors(stock.flows, accel.flows).max() < 0.01
+    assert fct_errors(stock.flows, accel.flows).max() < 0.005
 
 
 def test_skip_reaches_into_the_socket_send_buffer(tmp_path):
