@@ -6,7 +6,8 @@
 For each scenario, one after the other in this invocation (ratios of runs made under the same
 conditions): a stock run; the accelerated run without memo (`--no-memo`, the paper's steady-only
 ablation); the accelerated run with memo on an empty store OUT/<name>/memo.whdb (cold); the same
-again on the store the cold run filled (warm). Prints the README's memo table: loop seconds,
+again on the store the cold run filled (warm); on RDMA, the cold run again with every flow's end
+simulated (`--flow-ends simulated`, on its own empty store). Prints the README's memo table: loop seconds,
 speedups over stock, the extra speedup of memo over steady-only, warm over cold, FCT error
 mean / p99 (and of service times: FCTs without the wait behind earlier flows of the same connection)
 and iteration error against stock, memo hits / lookups, and how many times fewer ns-3
@@ -35,7 +36,8 @@ from bridge.ns3.patches import build_library
 from bridge.report.validation import compare
 
 BENCHES = ["gpt-bench", "moe-bench"]
-MODES = {"steady": {"memo": False}, "cold": {}, "warm": {}}
+MODES = {"steady": {"memo": False}, "cold": {}, "warm": {},
+         "ends_simulated": {"accel_overrides": {"flow_ends": "simulated"}}}   # RDMA only
 
 
 def _pct(x) -> str:
@@ -49,8 +51,15 @@ def bench(name: str, out: Path, scenario: Path | None = None) -> dict:
     cache.unlink(missing_ok=True)
     stock = api.run(scenario, out / "stock")
     row = {"scenario": name, "stock_loop_s": stock.summary["wall_s"]["loop"]}
+    rdma = api.load_scenario(scenario).transport.kind == "rdma"
     for mode, options in MODES.items():
-        run = api.run(scenario, out / mode, accel=True, cache=cache, **options)
+        store = cache
+        if mode == "ends_simulated":
+            if not rdma:
+                continue
+            store = out / "ends_simulated.whdb"
+            store.unlink(missing_ok=True)
+        run = api.run(scenario, out / mode, accel=True, cache=store, **options)
         c = compare(stock, run)
         memo = run.summary["accel"]["memo"] or {}
         row[mode] = {"loop_s": run.summary["wall_s"]["loop"], "speedup_loop": c["speedup_loop"],
@@ -100,8 +109,9 @@ def main() -> None:
     print("| scenario | stock loop s | steady-only loop s (x) | memo cold loop s (x) | memo warm loop s (x) | "
           "memo / steady-only | warm / cold | FCT error mean / p99 (cold; warm) | service-time error mean / p99 (cold) | "
           "iteration error (cold; warm) | "
-          "hits / lookups (cold) | events, stock / run: steady-only, cold, warm |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "hits / lookups (cold) | events, stock / run: steady-only, cold, warm | "
+          "simulated ends, cold: events x, FCT error mean / p99, iteration error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.names:
         r = bench(name, args.out / name)
         rows.append(r)
@@ -114,7 +124,10 @@ def main() -> None:
               f"{_pct(c['service_error']['mean'])} / {_pct(c['service_error']['p99'])} | "
               f"{_pct(c['iteration_error_max'])}; {_pct(w['iteration_error_max'])} | "
               f"{c['hits']} / {c['lookups']} | "
-              + ", ".join(f"{1 / (1 - m['skipped_fraction']):.1f}x" for m in (s, c, w)) + " |", flush=True)
+              + ", ".join(f"{1 / (1 - m['skipped_fraction']):.1f}x" for m in (s, c, w)) + " | "
+              + (f"{1 / (1 - e['skipped_fraction']):.1f}x, {_pct(e['fct_error']['mean'])} / "
+                 f"{_pct(e['fct_error']['p99'])}, {_pct(e['iteration_error_max'])} |"
+                 if (e := r.get("ends_simulated")) else "n/a |"), flush=True)
     (args.out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
 
 

@@ -147,6 +147,15 @@ FlowTable::ReadDelivered(uint64_t* out) const
 }
 
 void
+FlowTable::ReadLastDelivery(int64_t* out) const
+{
+    for (size_t i = 0; i < m_flows.size(); i++)
+    {
+        out[i] = m_flows[i].lastDeliveryNs;
+    }
+}
+
+void
 FlowTable::OnStart(uint32_t flow)
 {
     m_flows.at(flow).startNs = Simulator::Now().GetNanoSeconds();
@@ -156,6 +165,7 @@ void
 FlowTable::OnDelivered(uint32_t flow, uint64_t bytes)
 {
     m_flows[flow].delivered += bytes;
+    m_flows[flow].lastDeliveryNs = Simulator::Now().GetNanoSeconds();
 }
 
 void

@@ -44,6 +44,9 @@ class FlowTable
     uint32_t PopCompleted(uint32_t* out, uint32_t cap);
     /// Delivered bytes of every flow into out[0..nFlows).
     void ReadDelivered(uint64_t* out) const;
+    /// Per flow, when its latest delivered bytes arrived (-1: none yet): with ReadDelivered, a
+    /// point exactly on its delivery curve, between the steps ACKs or segments make.
+    void ReadLastDelivery(int64_t* out) const;
 
     // Model side.
     void OnStart(uint32_t flow);
@@ -56,6 +59,7 @@ class FlowTable
     {
         uint64_t delivered = 0;
         uint64_t skipped = 0;
+        int64_t lastDeliveryNs = -1;
         int64_t startNs = -1;
         int64_t endNs = -1;
     };

@@ -16,6 +16,7 @@ RateProbe::RateProbe(FlowTable* table, PortNetwork* network, uint32_t capacity)
       m_nPorts(network->GetNPorts()),
       m_times(m_capacity),
       m_flowBytes(size_t(m_capacity) * m_nFlows),
+      m_flowTimes(size_t(m_capacity) * m_nFlows),
       m_portBytes(size_t(m_capacity) * m_nPorts)
 {
 }
@@ -46,13 +47,18 @@ RateProbe::Sample()
     size_t slot = m_nSamples % m_capacity;
     m_times[slot] = Simulator::Now().GetNanoSeconds();
     m_table->ReadDelivered(&m_flowBytes[slot * m_nFlows]);
+    m_table->ReadLastDelivery(&m_flowTimes[slot * m_nFlows]);
     m_network->ReadQueueBytes(&m_portBytes[slot * m_nPorts]);
     m_nSamples++;
     m_next = Simulator::Schedule(NanoSeconds(m_tauNs), &RateProbe::Sample, this);
 }
 
 uint32_t
-RateProbe::Read(int64_t* times, uint64_t* flowBytes, uint32_t* portBytes, uint32_t maxSamples) const
+RateProbe::Read(int64_t* times,
+                uint64_t* flowBytes,
+                int64_t* flowTimes,
+                uint32_t* portBytes,
+                uint32_t maxSamples) const
 {
     uint64_t n = std::min<uint64_t>({m_nSamples, m_capacity, maxSamples});
     for (uint64_t k = 0; k < n; k++)
@@ -60,6 +66,7 @@ RateProbe::Read(int64_t* times, uint64_t* flowBytes, uint32_t* portBytes, uint32
         size_t slot = (m_nSamples - n + k) % m_capacity;
         times[k] = m_times[slot];
         std::copy_n(&m_flowBytes[slot * m_nFlows], m_nFlows, &flowBytes[k * m_nFlows]);
+        std::copy_n(&m_flowTimes[slot * m_nFlows], m_nFlows, &flowTimes[k * m_nFlows]);
         std::copy_n(&m_portBytes[slot * m_nPorts], m_nPorts, &portBytes[k * m_nPorts]);
     }
     return n;

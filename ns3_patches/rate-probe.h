@@ -1,4 +1,5 @@
-// Samples per-flow delivered bytes and per-port queue bytes every tau into ring buffers.
+// Samples per-flow delivered bytes (and when the latest of them arrived) and per-port queue bytes
+// every tau into ring buffers.
 //
 // The steady-state test needs rates over a sliding window of samples; sampling inside the
 // simulation (one event per tau) costs far less than stepping Python every tau, and one Read()
@@ -24,9 +25,11 @@ class RateProbe
     void Stop();
     uint64_t GetNSamples() const; //!< samples taken since Start (may exceed capacity)
 
-    /// Copy the latest min(nSamples, capacity, maxSamples) samples, oldest first:
-    /// times[k], flowBytes[k * nFlows + f], portBytes[k * nPorts + p]. Returns the count.
-    uint32_t Read(int64_t* times, uint64_t* flowBytes, uint32_t* portBytes, uint32_t maxSamples) const;
+    /// Copy the latest min(nSamples, capacity, maxSamples) samples, oldest first: times[k],
+    /// flowBytes[k * nFlows + f], flowTimes[k * nFlows + f] (when those bytes had arrived),
+    /// portBytes[k * nPorts + p]. Returns the count.
+    uint32_t Read(int64_t* times, uint64_t* flowBytes, int64_t* flowTimes, uint32_t* portBytes,
+                  uint32_t maxSamples) const;
 
   private:
     void Sample();
@@ -40,6 +43,7 @@ class RateProbe
     uint64_t m_nSamples = 0;
     std::vector<int64_t> m_times;
     std::vector<uint64_t> m_flowBytes;
+    std::vector<int64_t> m_flowTimes;
     std::vector<uint32_t> m_portBytes;
     ns3::EventId m_next;
 };

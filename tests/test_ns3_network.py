@@ -147,10 +147,15 @@ def test_probe_samples_rates_and_queues(simulation, h):
     n = int(probe.GetNSamples())
     times = np.zeros(n, dtype=np.int64)
     delivered = np.zeros((n, 4), dtype=np.uint64)
+    arrived = np.zeros((n, 4), dtype=np.int64)
     queues = np.zeros((n, net.n_ports), dtype=np.uint32)
-    assert int(probe.Read(times, delivered, queues, n)) == n
+    assert int(probe.Read(times, delivered, arrived, queues, n)) == n
     assert (np.diff(times) == 5_000).all()
     assert (np.diff(delivered.astype(np.int64), axis=0) >= 0).all()
+    # When the latest bytes arrived: within the sample period before each sample, once any arrived.
+    some = delivered > 0
+    assert ((arrived <= times[:, None]) & (arrived > times[:, None] - 5_000))[some].mean() > 0.9
+    assert (arrived[~some] == -1).all()
     assert 0 < delivered[-1].sum() and delivered.max() <= 1_000_000
     assert queues.max() > 10 * 1500  # the incast builds a queue at the receiver's port
 

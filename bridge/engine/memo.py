@@ -40,8 +40,9 @@ WL_ITERATIONS = 3
 # Part of every fingerprint: bump it when what a record means changes, so that old records are
 # never applied with the new meaning (2: transient bytes include those on the wire at the end;
 # 3: steady rates are the mean of the window's newer blocks, no longer the median block;
-# 4: edges tell competing data from flows crossing in opposite directions; 5: truncated records).
-RECORD_MODEL = 5
+# 4: edges tell competing data from flows crossing in opposite directions; 5: truncated records;
+# 6: steady rates are timed between the arrivals of the window's first and last bytes).
+RECORD_MODEL = 6
 
 
 def default_cache_path() -> Path:
