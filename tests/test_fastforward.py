@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -149,6 +152,19 @@ def test_a_connection_left_vacant_waits_one_sample_for_its_next_flow(tmp_path, g
     assert s["handovers_frozen"] == (1 if gap_us < 10 else 0)
     stock = api.run(path, tmp_path / "stock")
     assert fct_errors(stock.flows, accel.flows).max() < 0.003
+
+
+def test_flow_ends_is_chosen_on_the_command_line(tmp_path):
+    path = rdma_scenario(tmp_path, [{"src": 0, "dst": 5, "size": "4MB", "start": "0us"},
+                                    {"src": 0, "dst": 5, "size": "2MB", "start": "50us"}])
+    for mode in ("simulated", "computed"):
+        out = tmp_path / mode
+        done = subprocess.run([sys.executable, "-m", "bridge.cli", "run", str(path), "--out", str(out),
+                               "--accel", "--no-memo", "--flow-ends", mode],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        s = json.loads((out / "summary.json").read_text())["accel"]
+        assert s["flow_ends"] == mode and (s["ends_computed"] > 0) == (mode == "computed")
 
 
 def test_a_flow_ending_on_a_port_others_send_through_has_its_end_simulated(tmp_path):
