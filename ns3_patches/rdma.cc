@@ -1212,27 +1212,25 @@ RdmaFabric::Acknowledge(RdmaQp* qp, uint64_t seq)
     qp->sndUna = seq;
     qp->sndNxt = std::max(qp->sndNxt, qp->sndUna);
     qp->lastProgressNs = Simulator::Now().GetNanoSeconds();
-    // Attribute the newly acknowledged bytes to the QP's flows in order; finish those covered.
+    // Attribute the newly acknowledged bytes to the QP's flows in order; finish those covered,
+    // including a flow the engine left with no bytes (all skipped) right at the boundary.
     uint64_t start = qp->flowsStart;
-    for (auto it = qp->flows.begin(); it != qp->flows.end() && from < seq;)
+    for (auto it = qp->flows.begin(); it != qp->flows.end();)
     {
         uint64_t end = it->second;
-        if (from < end)
+        if (from < end && from < seq)
         {
             uint64_t upto = std::min(end, seq);
             table->OnDelivered(it->first, upto - from);
             from = upto;
         }
-        if (end <= seq)
-        {
-            table->OnComplete(it->first);
-            start = end;
-            it = qp->flows.erase(it);
-        }
-        else
+        if (end > seq)
         {
             break;
         }
+        table->OnComplete(it->first);
+        start = end;
+        it = qp->flows.erase(it);
     }
     qp->flowsStart = start;
 }

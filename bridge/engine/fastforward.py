@@ -450,7 +450,9 @@ class FastForward:
                 self.net.flows.GetSender(conn).ShiftTimes(shift)
         # A connection skips the bytes its flows delivered in the model, in stream order: a flow
         # completed meanwhile gives up all its unsent bytes, and the bytes it still had in flight
-        # come out of its successor's (they arrive after the thaw, where the successor's would).
+        # come out of its successor's (they arrive after the thaw, where the successor's would). A
+        # successor the model has nearly done may lose all its bytes: it completes with the ACK of
+        # the last byte in flight, at most one lag after its computed end.
         stream = frozen.order or {self.conn_of[flow]: [flow] for flow in frozen.rates}
         for conn, flows in stream.items():
             owed = sum(frozen.skipped_bytes(flow, shift) for flow in flows)
