@@ -395,9 +395,10 @@ class FastForward:
     def _steady_rate(self, flow: int, n: int, scale: int, since_ns: int) -> float:
         """Bytes per ns over all blocks of the window but the oldest (which may still hold the flow's
         ramp-up), between the arrivals of the latest bytes before each end sample: deliveries come
-        in steps (an RDMA ACK per 4 KB), and per sample period they would round the rate by up to a
-        step per window (1.2 % for 30 us at 100 Gbps), an error a computed end carries over every
-        later flow of the connection. (Not the median block either: it rounds down too.)"""
+        in steps (a packet per RDMA ACK by default, more with L2_ACK_INTERVAL or TCP's delayed
+        ACKs), and per sample period they would round the rate by up to a step per window (0.3 %
+        for 30 us at 100 Gbps), an error a computed end carries over every later flow of the
+        connection. (Not the median block either: it rounds down too.)"""
         first, last = n - 1 - (self.spec.window - 1) * scale, n - 1
         delivered = int(self.delivered[last, flow]) - int(self.delivered[first, flow])
         start, end = int(self.arrived[first, flow]), int(self.arrived[last, flow])
@@ -517,7 +518,7 @@ class FastForward:
         rate. Without one, the others' rates may change: the partition thaws, unless no other flow
         sends data through the ports its data left by (then they do not depend on it), and it stays
         vacant. If its ACKs crossed others' data, those flows run a little faster without them
-        (about 1 %), and if no other flow is left, its bytes still in flight would meet later
+        (up to 4 %: an ACK frame per data frame), and if no other flow is left, its bytes still in flight would meet later
         flows at the thaw: then the vacancy lasts one rate sample (tau) at most. Ring steps hand
         over within a few us of each other, the last flow of a step often within the same ns."""
         t0 = time.perf_counter()
