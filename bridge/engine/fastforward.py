@@ -517,10 +517,11 @@ class FastForward:
         """`flow` completed inside its frozen partition. Its connection's next flow takes over at its
         rate. Without one, the others' rates may change: the partition thaws, unless no other flow
         sends data through the ports its data left by (then they do not depend on it), and it stays
-        vacant. If its ACKs crossed others' data, those flows run a little faster without them
-        (up to 4 %: an ACK frame per data frame), and if no other flow is left, its bytes still in flight would meet later
-        flows at the thaw: then the vacancy lasts one rate sample (tau) at most. Ring steps hand
-        over within a few us of each other, the last flow of a step often within the same ns."""
+        vacant. If its ACKs crossed others' data, those flows run a little faster without them (up
+        to 4 %: an ACK frame per data frame), and if no other flow is left, its bytes still in
+        flight would meet later flows at the thaw: then the vacancy lasts one rate sample (tau) at
+        most. Ring steps hand over within a few us of each other, the last flow of a step often
+        within the same ns."""
         t0 = time.perf_counter()
         frozen = self.state[pid].frozen
         conn = self.conn_of[flow]
