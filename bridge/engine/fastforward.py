@@ -70,8 +70,8 @@ class Frozen:
     memo: Transient | None = None  # a memoized transient precedes the steady rates
     left: dict[int, int] = field(default_factory=dict)      # computed ends only
     ends: dict[int, int] = field(default_factory=dict)      # flow -> computed completion, still ahead
-    checks: dict[int, int] = field(default_factory=dict)    # flow -> when to decide if its end may be computed
-    in_flight: dict[int, int] = field(default_factory=dict)  # connection -> bytes sent, unacknowledged at the freeze
+    checks: dict[int, int] = field(default_factory=dict)    # flow -> when to decide how it ends
+    in_flight: dict[int, int] = field(default_factory=dict)  # connection -> bytes unacked at the freeze
     joined: dict[int, int] = field(default_factory=dict)    # flow -> when it took over its connection
     done: set[int] = field(default_factory=set)
     order: dict[int, list[int]] = field(default_factory=dict)  # connection -> its flows in stream order
