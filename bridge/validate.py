@@ -131,22 +131,21 @@ def console_table(v: dict):
     def pct(x: float | None) -> str:
         return "n/a" if x is None else f"{100 * x:.2f} %"
 
-    floors = [v[key] for key, _ in FLOORS if v.get(key)]
+    floors = [(v[key], name) for key, name in FLOORS if v.get(key)]
     table = Table(title=f"{v['scenario']}: stock vs {v['candidate']}")
     table.add_column("metric")
     table.add_column(v["candidate"], justify="right")
-    for key, name in FLOORS:
-        if v.get(key):
-            table.add_column(name, justify="right")
+    for _, name in floors:
+        table.add_column(name, justify="right")
     for name, key in (("speedup (loop)", "speedup_loop"), ("speedup (total)", "speedup_total")):
         table.add_row(name, "n/a" if v[key] is None else f"{v[key]:.2f}x")
     for key, label in (("fct_error", "FCT"), ("service_error", "service time")):
         for k in ("mean", "p99", "max"):
-            table.add_row(f"{label} error {k}", pct(v[key][k]), *(pct(f[key][k]) for f in floors))
+            table.add_row(f"{label} error {k}", pct(v[key][k]), *(pct(f[key][k]) for f, _ in floors))
     if v["iteration_error_max"] is not None:
         table.add_row("iteration error max", pct(v["iteration_error_max"]),
-                      *(pct(f["iteration_error_max"]) for f in floors))
+                      *(pct(f["iteration_error_max"]) for f, _ in floors))
     table.add_row("skipped events", pct(v["skipped_fraction"]))
     table.add_row("unmatched flows", f"{v['unmatched']} of {v['flows']}",
-                  *(str(f["unmatched"]) for f in floors))
+                  *(str(f["unmatched"]) for f, _ in floors))
     return table

@@ -78,6 +78,18 @@ class Frozen:
     vacant: dict[int, int] = field(default_factory=dict)    # connection -> its completed flow
     vacant_until: dict[int, int] = field(default_factory=dict)  # connection -> thaw unless filled by then
 
+    def leave_vacant(self, conn: int, flow: int, until_ns: int = NEVER) -> None:
+        self.vacant[conn] = flow
+        if until_ns != NEVER:
+            self.vacant_until[conn] = until_ns
+            self.until_ns = min(self.until_ns, until_ns)
+
+    def fill_vacancy(self, conn: int) -> int:
+        """The connection's next flow arrived: returns the completed flow it takes over from."""
+        self.vacant_until.pop(conn, None)
+        self.until_ns = min(self.vacant_until.values(), default=NEVER)
+        return self.vacant.pop(conn)
+
     def skipped_bytes(self, flow: int, shift: int) -> int:
         """Bytes `flow` would have delivered in `shift` ns of this freeze."""
         if flow in self.joined:
@@ -247,9 +259,7 @@ class FastForward:
             pid = next(iter(touched))
             frozen = self.state[pid].frozen
             if frozen is not None and conn in frozen.vacant:  # it takes over, still frozen
-                frozen.vacant_until.pop(conn, None)
-                frozen.until_ns = min(frozen.vacant_until.values(), default=NEVER)
-                self._take_over(frozen, frozen.vacant.pop(conn), flow, now)
+                self._take_over(frozen, frozen.fill_vacancy(conn), flow, now)
                 self.stats.control_s += time.perf_counter() - t0
                 return
         for pid in touched:
@@ -508,8 +518,7 @@ class FastForward:
             if self.queued.get(conn):
                 continue
             mine = self.ports_of[conn].data
-            if any(self.ports_of[self.conn_of[f]].data & mine
-                   for f in frozen.rates if f != flow and f not in frozen.done):
+            if any(data & mine for data in self._others_data(frozen, flow)):
                 self._thaw(pid, now, planned=True)
                 return
 
@@ -529,15 +538,19 @@ class FastForward:
             self._take_over(frozen, flow, successor, now)
         else:
             mine = self.ports_of[conn]
-            others = [self.ports_of[self.conn_of[f]].data for f in frozen.rates if f not in frozen.done]
-            if not any(data & mine.data for data in others):
-                frozen.vacant[conn] = flow
-                if not others or any(data & mine.acks for data in others):
-                    frozen.vacant_until[conn] = now + self.spec.tau
-                    frozen.until_ns = min(frozen.vacant_until.values())
-            else:
+            others = self._others_data(frozen, flow)
+            if any(data & mine.data for data in others):
                 self._thaw(pid, now, planned=True)
+            elif not others or any(data & mine.acks for data in others):
+                frozen.leave_vacant(conn, flow, now + self.spec.tau)
+            else:
+                frozen.leave_vacant(conn, flow)
         self.stats.control_s += time.perf_counter() - t0
+
+    def _others_data(self, frozen: Frozen, flow: int) -> list[frozenset[int]]:
+        """The data ports of each flow of the frozen partition, other than `flow`, still sending."""
+        return [self.ports_of[self.conn_of[f]].data for f in frozen.rates
+                if f != flow and f not in frozen.done]
 
     def _take_over(self, frozen: Frozen, flow: int, successor: int, now: int) -> None:
         """`successor`, the next flow of `flow`'s connection, starts inside the frozen partition."""
