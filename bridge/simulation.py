@@ -169,8 +169,9 @@ def open_memo(scenario: Scenario, path: str | Path | None = None) -> Memo:
     # An RDMA transport counts by its resolved parameters (its config file by content, not path).
     settings = {"transport": (dataclasses.asdict(transport.resolved()) if transport.kind == "rdma"
                               else transport.model_dump(mode="json")),
-                # (computed or simulated flow ends do not change what a record holds)
-                "accel": scenario.accel.model_dump(mode="json", exclude={"flow_ends"}),
+                # (how flows end, and which partitions are kept as episodes, do not change what a
+                # record holds)
+                "accel": scenario.accel.model_dump(mode="json", exclude={"flow_ends", "episode_bytes"}),
                 "versions": {"wormhole": __version__, "ns3": ns3_version(), "record_model": RECORD_MODEL}}
     try:
         return Memo(open_store(path), fingerprint(settings), f"wormhole-sim {__version__} / ns-3 {ns3_version()}",

@@ -27,6 +27,15 @@ bytes after them, and gets the stored congestion state (TCP: cwnd, ssthresh, DCT
 the QP's rate, DCQCN target rate and alpha or HPCC reference rate and U). Flows too short even for
 a truncated record go through its first part only, and keep their own congestion state.
 
+Episodes (RDMA, computed ends): a partition whose flows are all short (`episode_bytes` left) is
+looked up by a graph labelled with each flow's bytes left, bytes in flight and its QP's rates. On a
+miss it is watched until every flow completed, and kept if nothing touched it meanwhile (no flow
+started on its ports, none of it froze): each flow's completion from the start, and its QP's
+congestion state then. On a hit the partition is frozen at once, its flows complete at the recorded
+times, and it thaws when the last one has (their QPs get the recorded congestion state). A flow
+starting on its ports before that thaws it early: each flow still running skips its bytes in
+proportion to the time it ran, and goes on simulated with its own congestion state.
+
 Known inexactness: TCP state holding absolute times sees the jump; RTT samples of segments in
 flight at the freeze come out dT long and inflate the RTO for about 0.5 ms after a thaw. Without
 loss (DCTCP with ECN) this changes no delivery; with loss right after a thaw, recovery waits longer.
@@ -45,7 +54,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ns3.network import Ns3Network
-from .memo import ConflictGraph, FlowPorts, Memo, Transient, conflict_graph, rate_bin
+from .memo import ConflictGraph, FlowPorts, Memo, Transient, rate_bin
 from .partitions import Partition, Partitions
 
 NEVER = np.iinfo(np.int64).max
@@ -92,6 +101,9 @@ class Frozen:
 
     def skipped_bytes(self, flow: int, shift: int) -> int:
         """Bytes `flow` would have delivered in `shift` ns of this freeze."""
+        if self.memo is not None and self.memo.ends is not None:         # an episode
+            span = self.memo.ends[flow]
+            return self.left[flow] if shift >= span else self.left[flow] * shift // span
         if flow in self.joined:
             delivered = int(self.rates[flow] * max(0, shift - (self.joined[flow] - self.since_ns)))
         elif self.memo is None:
@@ -141,6 +153,17 @@ class Forming:
 
 
 @dataclass
+class Episode:
+    """A partition of short flows watched from forming until every flow completed (a memo episode)."""
+
+    graph: ConflictGraph
+    formed_ns: int
+    left: dict[int, int]          # flow index -> bytes left when the partition formed
+    ends: dict[int, int] = field(default_factory=dict)      # flow -> its completion, from forming
+    states: dict[int, dict[str, float]] = field(default_factory=dict)  # flow -> its QP's state then
+
+
+@dataclass
 class PartitionState:
     since_ns: int                 # samples before this describe another partition (or a frozen one)
     frozen: Frozen | None = None
@@ -165,6 +188,7 @@ class FastForwardStats:
     frozen_ns: int = 0            # sum over partitions of time spent frozen
     ends_computed: int = 0        # flows completed inside a frozen partition
     handovers: int = 0            # ... whose connection's next flow took over, still frozen
+    episodes_interrupted: int = 0  # episode hits thawed before their last flow completed (skip-backs)
     checks: int = 0
     control_s: float = 0.0        # wall time in this controller (detection, freeze, thaw)
     intervals: list[ModeInterval] = field(default_factory=list)
@@ -225,6 +249,9 @@ class FastForward:
         self.thawed: dict[int, tuple[float, int]] = {}   # flow -> (its rate while frozen, thaw time)
         self.formed: set[int] = set()                    # partitions formed since the last prepare()
         self.n_read = 0                                  # samples in times/delivered at the last read
+        self.episodes = self.memo is not None and self.computed_ends and spec.episode_bytes > 0
+        self.episode_of: dict[int, Episode] = {}         # flow -> the episode watched that holds it
+        self.pending_ends: dict[int, int] = {}           # flow -> its recorded end, after an episode thawed
 
     # -- flow life cycle (called by the executor) -------------------------------------------
 
@@ -255,6 +282,7 @@ class FastForward:
                 self.path_labels[conn] = ",".join(self.ports.labels[p] for p in ordered)
         self.conn_of[flow] = conn
         touched = self.parts.touching(path)
+        self._abandon_episodes(touched)
         if len(touched) == 1:
             pid = next(iter(touched))
             frozen = self.state[pid].frozen
@@ -262,7 +290,9 @@ class FastForward:
                 self._take_over(frozen, frozen.fill_vacancy(conn), flow, now)
                 self.stats.control_s += time.perf_counter() - t0
                 return
-        for pid in touched:
+        for pid in sorted(touched):  # it may need only the ports of an episode's completed flows
+            self._shed_completed(pid, now)
+        for pid in self.parts.touching(path):
             self._thaw(pid, now, planned=False)
         self._thaw_interrupted(now)
         touched = self.parts.touching(path)  # (a thaw drops the flows completed while frozen)
@@ -294,6 +324,9 @@ class FastForward:
                 self._completed_frozen(self.parts.of_flow[flow], flow, now, successor)
             return
         t0 = time.perf_counter()
+        self.pending_ends.pop(flow, None)
+        if flow in self.episode_of:
+            self._episode_flow_ended(flow, now, successor)
         pid = self.parts.of_flow[flow]
         self._close_interval(pid, now)
         del self.state[pid]
@@ -323,6 +356,8 @@ class FastForward:
                     due.append((frozen.ends.pop(flow), flow))
                     frozen.done.add(flow)
                     self.unreported.add(flow)
+        for flow in [f for f, end in self.pending_ends.items() if end <= now]:
+            due.append((self.pending_ends.pop(flow), flow))
         self.stats.ends_computed += len(due)
         return [(flow, end) for end, flow in sorted(due)]
 
@@ -347,7 +382,8 @@ class FastForward:
                             min(s.frozen.checks.values(), default=NEVER)) if s.frozen
                        else s.forming.record_ns if s.forming else NEVER
                        for s in self.state.values()), default=NEVER)
-        return min(planned, self.next_check_ns if self.enabled and len(self.parts) else NEVER)
+        return min(planned, min(self.pending_ends.values(), default=NEVER),
+                   self.next_check_ns if self.enabled and len(self.parts) else NEVER)
 
     def wakeup(self, now: int) -> None:
         """After each run slice: skip-backs, planned thaws, then the steady test if due."""
@@ -437,7 +473,13 @@ class FastForward:
     def _freeze(self, part: Partition, st: PartitionState, frozen: Frozen, now: int) -> None:
         tags = np.array(part.tags(self.net.n_ports), dtype=np.uint32)
         frozen.group = int(self.sim.Freeze(tags, len(tags)))
-        if self.computed_ends and (frozen.memo is None or not frozen.memo.truncated):
+        self._abandon_episodes([part.id])
+        if frozen.memo is not None and frozen.memo.ends is not None:    # an episode
+            for flow in sorted(frozen.rates):
+                frozen.left[flow] = self._left(flow)
+                frozen.ends[flow] = now + frozen.memo.ends[flow]
+                frozen.order[self.conn_of[flow]] = [flow]
+        elif self.computed_ends and (frozen.memo is None or not frozen.memo.truncated):
             frozen.until_ns = NEVER                        # it thaws when something touches it
             for flow in sorted(frozen.rates):
                 conn = self.conn_of[flow]
@@ -449,7 +491,7 @@ class FastForward:
         st.forming = None
         self.stats.freezes += 1
 
-    def _thaw(self, pid: int, now: int, planned: bool) -> None:
+    def _thaw(self, pid: int, now: int, planned: bool, shed: bool = False) -> None:
         st = self.state[pid]
         frozen = st.frozen
         if frozen is None:
@@ -464,24 +506,38 @@ class FastForward:
         # come out of its successor's (they arrive after the thaw, where the successor's would). A
         # successor the model has nearly done may lose all its bytes: it completes with the ACK of
         # the last byte in flight, at most one lag after its computed end.
+        memo = frozen.memo
+        episode = memo is not None and memo.ends is not None
         stream = frozen.order or {self.conn_of[flow]: [flow] for flow in frozen.rates}
         for conn, flows in stream.items():
-            owed = sum(frozen.skipped_bytes(flow, shift) for flow in flows)
+            # An episode's flow thawed for good (not shed) restarts with an empty pipe: it is
+            # credited the bytes that would be on the wire, those it sent in the last lag.
+            lag = math.ceil(self.lag_ns[conn])
+            ahead = {f: min(now - self.head_since[f], lag) if episode and not shed else 0 for f in flows}
+            owed = sum(frozen.skipped_bytes(flow, shift + ahead[flow]) for flow in flows)
             for flow in flows:
                 skipped = int(self.net.flows.SkipFlow(flow, conn, owed))
                 owed -= skipped
                 self.stats.bytes_skipped += skipped
+                if (episode and not shed and flow not in frozen.done
+                        and (owed > 0 or shift + ahead[flow] >= memo.ends[flow])):
+                    # Its last bytes are on the wire in the model, or were in flight since the
+                    # freeze: they would arrive a lag late. It completes at its recorded time.
+                    self.pending_ends[flow] = frozen.since_ns + memo.ends[flow]
         for flow, rate in frozen.rates.items():
             conn = self.conn_of[flow]
             self.thawed[flow] = (rate, now)
-            # The stored congestion state is where the transient ends: an interrupted transient
+            # The stored congestion state is where the transient ends (an episode's flow: where it
+            # completed, the nearest state known for one still running): an interrupted transient
             # keeps the state it had (the flow resumes its own ramp with the bytes it was credited).
-            if frozen.memo is not None and shift >= frozen.memo.transient_ns and frozen.memo.states.get(flow):
-                state = frozen.memo.states[flow]
+            ended = episode or memo is not None and shift >= memo.transient_ns
+            if ended and memo.states.get(flow):
+                state = memo.states[flow]
                 first, second, third = self.net.cc_state_keys
                 self.net.flows.GetSender(conn).SetCongestionState(
                     state.get(first, 0.0), state.get(second, 0.0), state.get(third, -1.0))
         self.stats.thaws += 1
+        self.stats.episodes_interrupted += episode and not planned
         self.stats.skip_backs += 0 if planned else 1
         self.stats.frozen_ns += shift
         self.stats.intervals.append(ModeInterval(pid, frozen.since_ns, now, "frozen" if frozen.memo is None
@@ -534,7 +590,14 @@ class FastForward:
         t0 = time.perf_counter()
         frozen = self.state[pid].frozen
         conn = self.conn_of[flow]
-        if successor is not None:
+        if frozen.memo is not None and frozen.memo.ends is not None:    # an episode
+            if successor is not None:        # it starts on the ports `flow` leaves
+                hosts = self.parts.flow_hosts[flow]
+                self._shed_completed(pid, now)
+                self.flow_started(successor, conn, hosts, now)
+            elif len(frozen.done) == len(frozen.rates):
+                self._thaw(pid, now, planned=True)
+        elif successor is not None:
             self._take_over(frozen, flow, successor, now)
         else:
             mine = self.ports_of[conn]
@@ -546,6 +609,25 @@ class FastForward:
             else:
                 frozen.leave_vacant(conn, flow)
         self.stats.control_s += time.perf_counter() - t0
+
+    def _shed_completed(self, pid: int, now: int) -> None:
+        """A flow starts on ports of a frozen episode, or the next flow of a completed one's
+        connection does: the episode thaws, its completed flows leave, and the flows still running
+        freeze again at once, each still to complete at its recorded time. (In the recorded run,
+        the partition had split at each end: a flow starting on the ports of completed flows did
+        not touch the others.)"""
+        frozen = self.state[pid].frozen
+        if frozen is None or frozen.memo is None or frozen.memo.ends is None or not frozen.done:
+            return
+        running = [f for f in frozen.rates if f not in frozen.done]
+        self._thaw(pid, now, planned=True, shed=True)
+        for part_id in sorted({self.parts.of_flow[f] for f in running}):
+            part = self.parts.by_id[part_id]
+            rest = Transient(transient_ns=0, bytes={}, rates={}, states={f: frozen.memo.states[f] for f in part.flows},
+                             ends={f: frozen.since_ns + frozen.memo.ends[f] - now for f in part.flows})
+            self._freeze(part, self.state[part_id], Frozen(group=-1, since_ns=now, until_ns=NEVER,
+                                                           rates={f: frozen.rates[f] for f in part.flows},
+                                                           memo=rest), now)
 
     def _others_data(self, frozen: Frozen, flow: int) -> list[frozenset[int]]:
         """The data ports of each flow of the frozen partition, other than `flow`, still sending."""
@@ -589,6 +671,8 @@ class FastForward:
         flows = sorted(part.flows)
         if not all(self.net.flows.GetSender(self.conn_of[f]).IsConnected() for f in flows):
             return        # a handshake is part of the transient, and no congestion state exists yet
+        if self.episodes and self._replay_or_watch_episode(part, flows, now):
+            return
         # A flow that ends before a freeze could pay (min_freeze at line rate) ends the partition
         # before the steady test can pass, and no record can be applied to it: no lookup.
         line_rate = max(self.line_rate[self.conn_of[f]] for f in flows)
@@ -601,7 +685,7 @@ class FastForward:
             rates[f] = self._recent_rate(f, now)
             q = rate_bin(rates[f], self.line_rate[conn], self.spec.memo_bins)
             labels[f] = f"{q}|{self.path_labels[conn]}"
-        graph = conflict_graph(flows, {f: self.ports_of[self.conn_of[f]] for f in flows}, labels)
+        graph = ConflictGraph(flows, {f: self.ports_of[self.conn_of[f]] for f in flows}, labels)
         st = self.state[part.id]
         # A steady record applies to flows long enough for its transient and a freeze after it; a
         # truncated one to flows that outlast it by `margin`, or its first part to shorter ones.
@@ -629,6 +713,67 @@ class FastForward:
             self.memo.stats.applied_partial += 1
             until = now + partial_ns
         self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=until, rates=hit.rates, memo=hit), now)
+
+    def _replay_or_watch_episode(self, part: Partition, flows: list[int], now: int) -> bool:
+        """A partition of short flows formed: freeze it on an episode record (True), or watch it to
+        record one. Not one whose flows are inside a watched episode: that one would be lost."""
+        if any(f in self.episode_of for f in flows):
+            return False
+        left = {f: self._left(f) for f in flows}
+        if max(left.values()) > self.spec.episode_bytes:
+            return False
+        graph = ConflictGraph(flows, {f: self.ports_of[self.conn_of[f]] for f in flows},
+                               {f: self._episode_label(f, left[f], now) for f in flows})
+        hit = next(iter(self.memo.lookup(graph)), None)
+        if hit is None:
+            episode = Episode(graph, now, left)
+            for f in flows:
+                self.episode_of[f] = episode
+            return False
+        self.memo.stats.applied_episode += 1
+        rates = {f: left[f] / max(1, hit.ends[f]) for f in flows}
+        self._freeze(part, self.state[part.id], Frozen(group=-1, since_ns=now, until_ns=NEVER, rates=rates,
+                                                       memo=hit), now)
+        return True
+
+    def _episode_label(self, flow: int, left: int, now: int) -> str:
+        """An episode vertex: the flow's bytes left (exact: they set when it ends), how long it has
+        been sending in whole us (a flow 4 us ahead of the others, none of its bytes acknowledged
+        yet, ends 4 us earlier), its QP's rate and target (HPCC: reference) rate in memo_bins steps
+        of the line rate, and its path."""
+        conn = self.conn_of[flow]
+        age_us = (now - self.head_since[flow]) // 1000
+        self.net.flows.GetSender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
+        line_bps = self.line_rate[conn] * 8e9
+        rate, target = (rate_bin(float(x), line_bps, self.spec.memo_bins) for x in self._cc_buf[:2])
+        return f"E{left}/{age_us}/{rate}/{target}|{self.path_labels[conn]}"
+
+    def _episode_flow_ended(self, flow: int, now: int, successor: int | None) -> None:
+        """A flow of a watched episode completed (simulated): note when, and keep the episode once
+        its last flow has. A successor taking over its ports ends the watch."""
+        episode = self.episode_of.pop(flow)
+        if successor is not None:
+            self._abandon(episode)
+            return
+        episode.ends[flow] = now - episode.formed_ns
+        episode.states[flow] = self._congestion_state(flow)
+        if len(episode.ends) == len(episode.left):
+            rates = {f: left / max(1, episode.ends[f]) for f, left in episode.left.items()}
+            self.memo.record(episode.graph, max(episode.ends.values()), episode.left, rates, episode.states,
+                             ends=episode.ends)
+
+    def _abandon_episodes(self, pids) -> None:
+        """Something touched these partitions: the episodes watched in them are not kept."""
+        if self.episode_of:
+            for pid in pids:
+                for flow in self.parts.by_id[pid].flows:
+                    if flow in self.episode_of:
+                        self._abandon(self.episode_of[flow])
+
+    def _abandon(self, episode: Episode) -> None:
+        for flow in episode.left:
+            if self.episode_of.get(flow) is episode:
+                del self.episode_of[flow]
 
     def _steady_ns(self, t: Transient, unsent: dict[int, int]) -> int:
         """How long flows with `unsent` bytes left stay steady after the memoized transient `t`

@@ -12,7 +12,10 @@ A record holds what the partition did from forming until it turned steady: the t
 (T_conv), the bytes each flow delivered meanwhile, each flow's steady rate and its congestion
 state then. Flows too short to turn steady leave a truncated record instead (on RDMA): what the
 partition did until just before its first flow could get near its end (a hit skips that much and
-simulates on). Records live in a `cache_store.MemoStore` under a fingerprint of everything else that
+simulates on). A partition of short flows that nothing touched until every flow completed leaves an
+episode record (on RDMA): when each flow completed and its congestion state then; a hit completes
+each flow at that time without simulating it (an expert-parallel all-to-all is one such episode).
+Records live in a `cache_store.MemoStore` under a fingerprint of everything else that
 changes the dynamics (transport and queue settings, detection settings, ns-3 and project versions),
 so a record made under another configuration is never applied. A run sees the store as it was
 when the run started plus its own records: the same scenario, seed and store give the same run.
@@ -26,6 +29,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import networkx as nx
@@ -72,15 +76,6 @@ def rate_bin(rate: float, line_rate: float, bins: int) -> int:
     return round(rate / line_rate * bins) if line_rate > 0 else 0
 
 
-@dataclass
-class ConflictGraph:
-    """A partition's flow conflict graph; vertex i is flows[i]."""
-
-    flows: list[int]
-    graph: nx.Graph
-    key: str                                  # canonical hash: equal for isomorphic graphs
-
-
 @dataclass(frozen=True)
 class FlowPorts:
     """The directed ports (2i: link i's a->b side, 2i+1: b->a) a flow's data and its ACKs leave by."""
@@ -88,33 +83,48 @@ class FlowPorts:
     data: frozenset[int]
     acks: frozenset[int]
 
-    @property
+    @cached_property
     def links(self) -> frozenset[int]:
         return frozenset(p // 2 for p in self.data | self.acks)
 
 
-def conflict_graph(flows: list[int], ports: dict[int, FlowPorts], labels: dict[int, str]) -> ConflictGraph:
-    """Build the conflict graph of `flows` (sorted) from the ports they use and vertex labels.
+class ConflictGraph:
+    """A partition's flow conflict graph; vertex i is flows[i], labelled labels[i].
 
     An edge joins flows sharing links; it carries how many (w), on how many directed ports both
     flows' data compete (c), and on how many one flow's data meets the other's ACKs (x). Flows
     that only cross in opposite directions share links but not bandwidth, and must not match a
-    record of flows that compete (4 pipeline flows on 4 spines share each other's ACK links)."""
-    flows = sorted(flows)
-    graph = nx.Graph()
-    for v, flow in enumerate(flows):
-        graph.add_node(v, label=labels[flow])
-    users: dict[int, list[int]] = {}
-    for v, flow in enumerate(flows):
-        for link in ports[flow].links:
-            users.setdefault(link, []).append(v)
-    pairs = {(a, b) for vs in users.values() for i, a in enumerate(vs) for b in vs[i + 1:]}  # a < b
-    for a, b in sorted(pairs):
-        pa, pb = ports[flows[a]], ports[flows[b]]
-        _add_edge(graph, a, b, len(pa.links & pb.links), len(pa.data & pb.data),
-                  len(pa.data & pb.acks) + len(pa.acks & pb.data))
-    key = nx.weisfeiler_lehman_graph_hash(graph, node_attr="label", edge_attr="wcx", iterations=WL_ITERATIONS)
-    return ConflictGraph(flows=flows, graph=graph, key=f"{len(flows)}:{graph.number_of_edges()}:{key}")
+    record of flows that compete (4 pipeline flows on 4 spines share each other's ACK links).
+    The graph and its canonical hash are built when first needed: a lookup needs them only if
+    some record has the same vertex labels, a watched partition only when it is recorded."""
+
+    def __init__(self, flows: list[int], ports: dict[int, FlowPorts], labels: dict[int, str]):
+        self.flows = sorted(flows)
+        self.labels = [labels[f] for f in self.flows]
+        self._ports = [ports[f] for f in self.flows]
+
+    @cached_property
+    def graph(self) -> nx.Graph:
+        graph = nx.Graph()
+        for v, label in enumerate(self.labels):
+            graph.add_node(v, label=label)
+        users: dict[int, list[int]] = {}
+        for v, ports in enumerate(self._ports):
+            for link in ports.links:
+                users.setdefault(link, []).append(v)
+        pairs = {(a, b) for vs in users.values() for i, a in enumerate(vs) for b in vs[i + 1:]}  # a < b
+        for a, b in sorted(pairs):
+            pa, pb = self._ports[a], self._ports[b]
+            _add_edge(graph, a, b, len(pa.links & pb.links), len(pa.data & pb.data),
+                      len(pa.data & pb.acks) + len(pa.acks & pb.data))
+        return graph
+
+    @cached_property
+    def key(self) -> str:
+        """Canonical hash: equal for isomorphic graphs."""
+        key = nx.weisfeiler_lehman_graph_hash(self.graph, node_attr="label", edge_attr="wcx",
+                                              iterations=WL_ITERATIONS)
+        return f"{len(self.flows)}:{self.graph.number_of_edges()}:{key}"
 
 
 @dataclass
@@ -124,8 +134,9 @@ class Transient:
     transient_ns: int
     bytes: dict[int, int]                     # flow -> bytes to skip: delivered, and on the wire at the end
     rates: dict[int, float]                   # flow -> steady rate, bytes per ns
-    states: dict[int, dict[str, float]]       # flow -> congestion state at the end
+    states: dict[int, dict[str, float]]       # flow -> congestion state at the end (episode: at its end)
     truncated: bool = False                   # no steady phase follows: the flows go on simulated
+    ends: dict[int, int] | None = None        # episode: flow -> its completion, from the start
 
 
 @dataclass
@@ -136,8 +147,10 @@ class MemoStats:
     not_applied: int = 0                      # hits whose flows were too short for every match
     applied_truncated: int = 0                # hits applied from a truncated record
     applied_partial: int = 0                  # flows too short for a truncated record: its first part applied
+    applied_episode: int = 0                  # hits applied from an episode record
     records_written: int = 0
     records_truncated: int = 0                # of records_written
+    records_episode: int = 0                  # of records_written
     records_duplicate: int = 0                # not written: an isomorphic record exists
     records_loaded: int = 0
     lookup_s: float = 0.0
@@ -162,6 +175,7 @@ class Memo:
         self.warn = warn
         self.stats = MemoStats()
         self.index: dict[str, list[_Entry]] = {}
+        self.label_sets: set[tuple[str, ...]] = set()   # each record's vertex labels, sorted
         if store is not None:
             loaded = store.load()   # CacheError: not a store, or a newer schema
             for problem in loaded.problems:
@@ -173,10 +187,12 @@ class Memo:
 
     def lookup(self, cg: ConflictGraph) -> list[Transient]:
         """The records whose start graph is isomorphic to `cg`, mapped onto its flows: the steady
-        one first, then the truncated one (for flows too short for the steady one)."""
+        one first, then the truncated one (for flows too short for the steady one). (Episode graphs
+        are labelled apart: their lookups find episode records only.)"""
         t0 = time.perf_counter()
         self.stats.lookups += 1
-        matches = sorted(self._matches(cg), key=lambda m: m[0].record.truncated)
+        known = tuple(sorted(cg.labels)) in self.label_sets     # else no need to build the graph
+        matches = sorted(self._matches(cg), key=lambda m: _KINDS.index(_kind(m[0].record))) if known else []
         if matches:
             self.stats.hits += 1
         else:
@@ -185,39 +201,47 @@ class Memo:
         return [_mapped(entry.record, cg, mapping) for entry, mapping in matches]
 
     def _matches(self, cg: ConflictGraph) -> list[tuple[_Entry, dict[int, int]]]:
-        """Per kind (steady, truncated), the isomorphic record with the smallest id and its mapping."""
-        found: dict[bool, tuple[_Entry, dict[int, int]]] = {}
+        """Per kind (steady, truncated, episode), the isomorphic record with the smallest id and its
+        mapping."""
+        found: dict[str, tuple[_Entry, dict[int, int]]] = {}
         for entry in self.index.get(cg.key, ()):
-            if entry.record.truncated in found:
+            if _kind(entry.record) in found:
                 continue
             if entry.graph is None:
                 entry.graph = _stored_graph(entry.record)
             matcher = GraphMatcher(cg.graph, entry.graph, node_match=_same_label, edge_match=_same_weight)
             if matcher.is_isomorphic():
-                found[entry.record.truncated] = (entry, matcher.mapping)
-                if len(found) == 2:
+                found[_kind(entry.record)] = (entry, matcher.mapping)
+                if len(found) == len(_KINDS):
                     break
         return list(found.values())
 
     def record(self, cg: ConflictGraph, transient_ns: int, transient_bytes: dict[int, int],
-               rates: dict[int, float], states: dict[int, dict[str, float]], truncated: bool = False) -> None:
-        """Keep what the partition of `cg` did until it turned steady, or until it was cut short
-        (truncated), in memory and in the store, unless an isomorphic partition was recorded so
+               rates: dict[int, float], states: dict[int, dict[str, float]], truncated: bool = False,
+               ends: dict[int, int] | None = None) -> None:
+        """Keep what the partition of `cg` did until it turned steady, until it was cut short
+        (truncated), or until its last flow completed (an episode: `ends`, each flow's completion
+        from the start), in memory and in the store, unless an isomorphic partition was recorded so
         meanwhile (several can form at once)."""
-        if any(entry.record.truncated == truncated for entry, _ in self._matches(cg)):
+        episode = ends is not None
+        kind = "episode" if episode else "truncated" if truncated else "steady"
+        if any(_kind(entry.record) == kind for entry, _ in self._matches(cg)):
             self.stats.records_duplicate += 1
             return
         record = MemoRecord(schema_version=SCHEMA_VERSION, fingerprint=self.fingerprint, graph_hash=cg.key,
-                            transient_ns=transient_ns, producer=self.producer, truncated=truncated)
+                            transient_ns=transient_ns, producer=self.producer, truncated=truncated,
+                            episode=episode)
         for v, flow in enumerate(cg.flows):
             rec = record.flows.add(vertex=v, label=cg.graph.nodes[v]["label"],
-                                   transient_bytes=transient_bytes[flow], steady_rate=rates[flow])
+                                   transient_bytes=transient_bytes[flow], steady_rate=rates[flow],
+                                   end_ns=ends[flow] if episode else 0)
             rec.transport_state.update(states.get(flow, {}))
         for a, b, e in sorted(cg.graph.edges(data=True)):
             record.edges.add(a=a, b=b, weight=e["w"], contended=e["c"], data_ack=e["x"])
         self._add(record, graph=cg.graph)
         self.stats.records_written += 1
         self.stats.records_truncated += truncated
+        self.stats.records_episode += episode
         if self.store is not None:
             try:
                 self.store.append(record)
@@ -226,6 +250,7 @@ class Memo:
                 self.store = None
 
     def _add(self, record: MemoRecord, graph: nx.Graph | None = None) -> None:
+        self.label_sets.add(tuple(sorted(f.label for f in record.flows)))
         entries = self.index.setdefault(record.graph_hash, [])
         entries.append(_Entry(record_id(record), record, graph))
         entries.sort(key=lambda e: e.rid)
@@ -233,6 +258,13 @@ class Memo:
     def _warn(self, message: str) -> None:
         self.stats.problems.append(message)
         self.warn(message)
+
+
+_KINDS = ("steady", "truncated", "episode")
+
+
+def _kind(record: MemoRecord) -> str:
+    return "episode" if record.episode else "truncated" if record.truncated else "steady"
 
 
 def _same_label(a: dict, b: dict) -> bool:
@@ -258,10 +290,13 @@ def _stored_graph(record: MemoRecord) -> nx.Graph:
 
 def _mapped(record: MemoRecord, cg: ConflictGraph, mapping: dict[int, int]) -> Transient:
     by_vertex = {f.vertex: f for f in record.flows}
-    t = Transient(transient_ns=record.transient_ns, bytes={}, rates={}, states={}, truncated=record.truncated)
+    t = Transient(transient_ns=record.transient_ns, bytes={}, rates={}, states={}, truncated=record.truncated,
+                  ends={} if record.episode else None)
     for v, flow in enumerate(cg.flows):
         stored = by_vertex[mapping[v]]
         t.bytes[flow] = stored.transient_bytes
         t.rates[flow] = stored.steady_rate
         t.states[flow] = dict(stored.transport_state)
+        if t.ends is not None:
+            t.ends[flow] = stored.end_ns
     return t

@@ -209,6 +209,7 @@ def accel_summary(ff, flows: pd.DataFrame, spec) -> dict:
             "freezes": s.freezes, "thaws": s.thaws, "skip_backs": s.skip_backs, "checks": s.checks,
             "flow_ends": "computed" if ff.computed_ends else "simulated",
             "ends_computed": s.ends_computed, "handovers_frozen": s.handovers,
+            "episodes_interrupted": s.episodes_interrupted,
             "partition_time_ns": {"simulate": int(simulate_ns), "frozen": int(s.frozen_ns)},
             "control_wall_s": round(s.control_s, 3), "tagging_errors": ff.tagging_errors(),
             "memo": _memo_summary(ff.memo)}
@@ -222,7 +223,8 @@ def _memo_summary(memo) -> dict | None:
             "fingerprint": memo.fingerprint[:16], "records_loaded": m.records_loaded,
             "lookups": m.lookups, "hits": m.hits, "misses": m.misses, "not_applied": m.not_applied,
             "applied_truncated": m.applied_truncated, "applied_partial": m.applied_partial,
-            "records_written": m.records_written,
-            "records_truncated": m.records_truncated, "records_duplicate": m.records_duplicate,
+            "applied_episode": m.applied_episode, "records_written": m.records_written,
+            "records_truncated": m.records_truncated, "records_episode": m.records_episode,
+            "records_duplicate": m.records_duplicate,
             "lookup_wall_s": round(m.lookup_s, 3),
             "warnings": m.problems}
