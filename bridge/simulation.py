@@ -171,7 +171,7 @@ def open_memo(scenario: Scenario, path: str | Path | None = None) -> Memo:
                               else transport.model_dump(mode="json")),
                 # (how flows end, and which partitions are kept as episodes, do not change what a
                 # record holds)
-                "accel": scenario.accel.model_dump(mode="json", exclude={"flow_ends", "episode_bytes"}),
+                "accel": scenario.accel.model_dump(mode="json", exclude={"flow_ends", "episodes"}),
                 "versions": {"wormhole": __version__, "ns3": ns3_version(), "record_model": RECORD_MODEL}}
     try:
         return Memo(open_store(path), fingerprint(settings), f"wormhole-sim {__version__} / ns-3 {ns3_version()}",

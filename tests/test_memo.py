@@ -212,7 +212,7 @@ def test_summary_reports_memo_counters(runs):
 TINY_MEMO_RDMA = REPO / "scenarios" / "tiny-memo-rdma.yaml"
 
 
-NO_EPISODES = {"episode_bytes": 0}   # the short flows then leave truncated records
+NO_EPISODES = {"episodes": False}   # the short flows then leave truncated records
 
 
 @pytest.fixture(scope="module")
@@ -321,14 +321,19 @@ def test_an_episode_record_maps_each_flows_end(tmp_path):
     assert Memo(MemoStore(tmp_path / "m.whdb"), "fp", "t", warn=print).lookup(incast(100)[1]) == []
 
 
+# Episodes are for flows too short to be frozen steady: with min_freeze 30 us, those with less
+# than 64 KiB + 30 us at 100 Gbps (439 KB) left, so tiny-memo-rdma's 400 KB flows.
+LONGER_FREEZES = {"min_freeze": "30us"}
+
+
 @pytest.fixture(scope="module")
 def episode_runs(tmp_path_factory):
-    """tiny-memo-rdma stock, and with memo (episodes on, the default) on an empty store, then warm."""
+    """tiny-memo-rdma stock, and with memo (episodes on) on an empty store, then warm."""
     tmp = tmp_path_factory.mktemp("memo-episodes")
     cache = tmp / "memo.whdb"
     return {"stock": api.run(TINY_MEMO_RDMA, tmp / "stock"),
-            "cold": api.run(TINY_MEMO_RDMA, tmp / "cold", accel=True, cache=cache),
-            "warm": api.run(TINY_MEMO_RDMA, tmp / "warm", accel=True, cache=cache)}
+            "cold": api.run(TINY_MEMO_RDMA, tmp / "cold", accel=True, cache=cache, accel_overrides=LONGER_FREEZES),
+            "warm": api.run(TINY_MEMO_RDMA, tmp / "warm", accel=True, cache=cache, accel_overrides=LONGER_FREEZES)}
 
 
 def test_short_flows_complete_at_their_episodes_recorded_times(episode_runs):
@@ -349,22 +354,22 @@ def test_short_flows_complete_at_their_episodes_recorded_times(episode_runs):
 
 
 def short_incasts(tmp_path, third: dict) -> Path:
-    """A 200 KB + 400 KB incast on rack 0, then the same on rack 1 with a `third` flow."""
+    """A 100 KB + 200 KB incast on rack 0, then the same on rack 1 with a `third` flow."""
     data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
-    data["flows"] = [{"src": 1, "dst": 0, "size": "200KB", "start": "0us"},
-                     {"src": 2, "dst": 0, "size": "400KB", "start": "0us"},
-                     {"src": 5, "dst": 4, "size": "200KB", "start": "500us"},
-                     {"src": 6, "dst": 4, "size": "400KB", "start": "500us"}, third]
+    data["flows"] = [{"src": 1, "dst": 0, "size": "100KB", "start": "0us"},
+                     {"src": 2, "dst": 0, "size": "200KB", "start": "0us"},
+                     {"src": 5, "dst": 4, "size": "100KB", "start": "500us"},
+                     {"src": 6, "dst": 4, "size": "200KB", "start": "500us"}, third]
     path = tmp_path / "incasts.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
 
 def test_a_flow_on_a_completed_flows_ports_leaves_the_episode_frozen(tmp_path):
-    """The 200 KB flow ends at 37 us; a flow from its sender starts at 40 us. The episode sheds the
-    completed flow and stays frozen: the 400 KB flow still ends at its recorded time (in the
+    """The 100 KB flow ends at 20.6 us; a flow from its sender starts at 25 us. The episode sheds
+    the completed flow and stays frozen: the 200 KB flow still ends at its recorded time (in the
     recorded run the partition had split there). Every flow ends as in stock."""
-    path = short_incasts(tmp_path, {"src": 5, "dst": 7, "size": "100KB", "start": "540us"})
+    path = short_incasts(tmp_path, {"src": 5, "dst": 7, "size": "100KB", "start": "525us"})
     stock = api.run(path, tmp_path / "stock")
     cold = api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "m.whdb")
     accel = cold.summary["accel"]
@@ -374,11 +379,11 @@ def test_a_flow_on_a_completed_flows_ports_leaves_the_episode_frozen(tmp_path):
 
 
 def test_a_flow_on_a_running_flows_ports_thaws_the_episode(tmp_path):
-    """A third flow joins the replayed incast 20 us in: the episode thaws (a skip-back), each flow
-    is credited its share of the bytes for the time it ran plus those on the wire, and the rest is
-    simulated. The record knows nothing of that moment (the flows' congestion state then, their
-    queue): it ends the flows within 12 % of stock."""
-    path = short_incasts(tmp_path, {"src": 7, "dst": 4, "size": "100KB", "start": "520us"})
+    """A third flow joins the replayed incast 10 us in: the episode thaws (a skip-back), each flow
+    is credited the bytes the record had it deliver by then plus those on the wire, and the rest
+    is simulated. The record knows neither the flows' queue then nor their congestion state: the
+    flows end within 15 % of stock (the 200 KB one within 0.2 %)."""
+    path = short_incasts(tmp_path, {"src": 7, "dst": 4, "size": "100KB", "start": "510us"})
     stock = api.run(path, tmp_path / "stock")
     cold = api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "m.whdb")
     accel = cold.summary["accel"]
@@ -386,4 +391,4 @@ def test_a_flow_on_a_running_flows_ports_thaws_the_episode(tmp_path):
     replayed = cold.flows.iloc[2:4]
     assert ((replayed.bytes_skipped > 0) & (replayed.bytes_skipped < replayed.size_bytes)).all()
     error = (cold.flows.fct_ns - stock.flows.fct_ns).abs() / stock.flows.fct_ns
-    assert error.max() < 0.12, error.tolist()
+    assert error.max() < 0.15 and error[3] < 0.002, error.tolist()

@@ -27,7 +27,7 @@ bytes after them, and gets the stored congestion state (TCP: cwnd, ssthresh, DCT
 the QP's rate, DCQCN target rate and alpha or HPCC reference rate and U). Flows too short even for
 a truncated record go through its first part only, and keep their own congestion state.
 
-Episodes (RDMA, computed ends): a partition whose flows are all short (`episode_bytes` left) is
+Episodes (RDMA, computed ends): a partition whose flows are all too short to be frozen steady is
 looked up by a graph labelled with each flow's bytes left, bytes in flight and its QP's rates. On a
 miss it is watched until every flow completed, and kept if nothing touched it meanwhile (no flow
 started on its ports, none of it froze): each flow's completion from the start, and its QP's
@@ -86,6 +86,7 @@ class Frozen:
     order: dict[int, list[int]] = field(default_factory=dict)  # connection -> its flows in stream order
     vacant: dict[int, int] = field(default_factory=dict)    # connection -> its completed flow
     vacant_until: dict[int, int] = field(default_factory=dict)  # connection -> thaw unless filled by then
+    offset_ns: int = 0            # episode: how far into the recorded episode this freeze began
 
     def leave_vacant(self, conn: int, flow: int, until_ns: int = NEVER) -> None:
         self.vacant[conn] = flow
@@ -102,8 +103,10 @@ class Frozen:
     def skipped_bytes(self, flow: int, shift: int) -> int:
         """Bytes `flow` would have delivered in `shift` ns of this freeze."""
         if self.memo is not None and self.memo.ends is not None:         # an episode
-            span = self.memo.ends[flow]
-            return self.left[flow] if shift >= span else self.left[flow] * shift // span
+            at, memo = self.offset_ns + shift, self.memo
+            if at >= memo.ends[flow]:
+                return self.left[flow]
+            return min(self.left[flow], round(memo.delivered(flow, at) - memo.delivered(flow, self.offset_ns)))
         if flow in self.joined:
             delivered = int(self.rates[flow] * max(0, shift - (self.joined[flow] - self.since_ns)))
         elif self.memo is None:
@@ -159,6 +162,7 @@ class Episode:
     graph: ConflictGraph
     formed_ns: int
     left: dict[int, int]          # flow index -> bytes left when the partition formed
+    delivered: dict[int, int]     # flow index -> bytes delivered when the partition formed
     ends: dict[int, int] = field(default_factory=dict)      # flow -> its completion, from forming
     states: dict[int, dict[str, float]] = field(default_factory=dict)  # flow -> its QP's state then
 
@@ -249,7 +253,7 @@ class FastForward:
         self.thawed: dict[int, tuple[float, int]] = {}   # flow -> (its rate while frozen, thaw time)
         self.formed: set[int] = set()                    # partitions formed since the last prepare()
         self.n_read = 0                                  # samples in times/delivered at the last read
-        self.episodes = self.memo is not None and self.computed_ends and spec.episode_bytes > 0
+        self.episodes = self.memo is not None and self.computed_ends and spec.episodes
         self.episode_of: dict[int, Episode] = {}         # flow -> the episode watched that holds it
         self.pending_ends: dict[int, int] = {}           # flow -> its recorded end, after an episode thawed
 
@@ -477,7 +481,7 @@ class FastForward:
         if frozen.memo is not None and frozen.memo.ends is not None:    # an episode
             for flow in sorted(frozen.rates):
                 frozen.left[flow] = self._left(flow)
-                frozen.ends[flow] = now + frozen.memo.ends[flow]
+                frozen.ends[flow] = now - frozen.offset_ns + frozen.memo.ends[flow]
                 frozen.order[self.conn_of[flow]] = [flow]
         elif self.computed_ends and (frozen.memo is None or not frozen.memo.truncated):
             frozen.until_ns = NEVER                        # it thaws when something touches it
@@ -520,17 +524,17 @@ class FastForward:
                 owed -= skipped
                 self.stats.bytes_skipped += skipped
                 if (episode and not shed and flow not in frozen.done
-                        and (owed > 0 or shift + ahead[flow] >= memo.ends[flow])):
+                        and (owed > 0 or frozen.offset_ns + shift + ahead[flow] >= memo.ends[flow])):
                     # Its last bytes are on the wire in the model, or were in flight since the
                     # freeze: they would arrive a lag late. It completes at its recorded time.
-                    self.pending_ends[flow] = frozen.since_ns + memo.ends[flow]
+                    self.pending_ends[flow] = frozen.since_ns - frozen.offset_ns + memo.ends[flow]
         for flow, rate in frozen.rates.items():
             conn = self.conn_of[flow]
             self.thawed[flow] = (rate, now)
             # The stored congestion state is where the transient ends (an episode's flow: where it
             # completed, the nearest state known for one still running): an interrupted transient
             # keeps the state it had (the flow resumes its own ramp with the bytes it was credited).
-            ended = episode or memo is not None and shift >= memo.transient_ns
+            ended = flow in frozen.done if episode else memo is not None and shift >= memo.transient_ns
             if ended and memo.states.get(flow):
                 state = memo.states[flow]
                 first, second, third = self.net.cc_state_keys
@@ -623,11 +627,9 @@ class FastForward:
         self._thaw(pid, now, planned=True, shed=True)
         for part_id in sorted({self.parts.of_flow[f] for f in running}):
             part = self.parts.by_id[part_id]
-            rest = Transient(transient_ns=0, bytes={}, rates={}, states={f: frozen.memo.states[f] for f in part.flows},
-                             ends={f: frozen.since_ns + frozen.memo.ends[f] - now for f in part.flows})
-            self._freeze(part, self.state[part_id], Frozen(group=-1, since_ns=now, until_ns=NEVER,
-                                                           rates={f: frozen.rates[f] for f in part.flows},
-                                                           memo=rest), now)
+            self._freeze(part, self.state[part_id],
+                         Frozen(group=-1, since_ns=now, until_ns=NEVER, rates={f: frozen.rates[f] for f in part.flows},
+                                memo=frozen.memo, offset_ns=frozen.offset_ns + now - frozen.since_ns), now)
 
     def _others_data(self, frozen: Frozen, flow: int) -> list[frozenset[int]]:
         """The data ports of each flow of the frozen partition, other than `flow`, still sending."""
@@ -720,13 +722,17 @@ class FastForward:
         if any(f in self.episode_of for f in flows):
             return False
         left = {f: self._left(f) for f in flows}
-        if max(left.values()) > self.spec.episode_bytes:
+        # (Longer flows, which can be frozen steady, made worse episodes: on gpt-bench-dcqcn its
+        # 384 KB pipeline sends, often thawed early by rings starting beside them, doubled p99.)
+        short = self.spec.margin + self.spec.min_freeze * max(self.line_rate[self.conn_of[f]] for f in flows)
+        if max(left.values()) >= short:
             return False
         graph = ConflictGraph(flows, {f: self.ports_of[self.conn_of[f]] for f in flows},
                                {f: self._episode_label(f, left[f], now) for f in flows})
         hit = next(iter(self.memo.lookup(graph)), None)
         if hit is None:
-            episode = Episode(graph, now, left)
+            table = self.net.flows.GetTable()
+            episode = Episode(graph, now, left, {f: int(table.GetDelivered(f)) for f in flows})
             for f in flows:
                 self.episode_of[f] = episode
             return False
@@ -760,7 +766,20 @@ class FastForward:
         if len(episode.ends) == len(episode.left):
             rates = {f: left / max(1, episode.ends[f]) for f, left in episode.left.items()}
             self.memo.record(episode.graph, max(episode.ends.values()), episode.left, rates, episode.states,
-                             ends=episode.ends)
+                             ends=episode.ends, progress=self._progress(episode))
+
+    def _progress(self, episode: Episode) -> dict[int, tuple[list[int], list[int]]]:
+        """Per flow of a completed episode, its bytes delivered at each rate sample before its end
+        (those still in the probe's history: 170 us by default)."""
+        n = self.n_read = int(self.probe.Read(self.times, self.delivered, self.arrived, self.queues,
+                                              self.capacity))
+        times = self.times[:n] - episode.formed_ns
+        progress = {}
+        for flow, end in episode.ends.items():
+            inside = (times > 0) & (times < end)
+            progress[flow] = (times[inside].tolist(),
+                              (self.delivered[:n, flow][inside].astype(np.int64) - episode.delivered[flow]).tolist())
+        return progress
 
     def _abandon_episodes(self, pids) -> None:
         """Something touched these partitions: the episodes watched in them are not kept."""

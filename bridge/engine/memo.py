@@ -33,6 +33,7 @@ from functools import cached_property
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 from networkx.algorithms.isomorphism import GraphMatcher
 
 from cache_store import SCHEMA_VERSION, CacheError, MemoStore, format_problem, record_id
@@ -137,6 +138,13 @@ class Transient:
     states: dict[int, dict[str, float]]       # flow -> congestion state at the end (episode: at its end)
     truncated: bool = False                   # no steady phase follows: the flows go on simulated
     ends: dict[int, int] | None = None        # episode: flow -> its completion, from the start
+    progress: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)  # episode: flow -> (ns, bytes)
+
+    def delivered(self, flow: int, at_ns: int) -> float:
+        """Episode: bytes `flow` had delivered `at_ns` into it, between its recorded samples (none
+        at the start, all at its end)."""
+        times, sizes = self.progress.get(flow, ([], []))
+        return float(np.interp(at_ns, [0, *times, self.ends[flow]], [0, *sizes, self.bytes[flow]]))
 
 
 @dataclass
@@ -218,11 +226,12 @@ class Memo:
 
     def record(self, cg: ConflictGraph, transient_ns: int, transient_bytes: dict[int, int],
                rates: dict[int, float], states: dict[int, dict[str, float]], truncated: bool = False,
-               ends: dict[int, int] | None = None) -> None:
+               ends: dict[int, int] | None = None,
+               progress: dict[int, tuple[list[int], list[int]]] | None = None) -> None:
         """Keep what the partition of `cg` did until it turned steady, until it was cut short
         (truncated), or until its last flow completed (an episode: `ends`, each flow's completion
-        from the start), in memory and in the store, unless an isomorphic partition was recorded so
-        meanwhile (several can form at once)."""
+        from the start, and `progress`, its bytes delivered at times before), in memory and in the
+        store, unless an isomorphic partition was recorded so meanwhile (several can form at once)."""
         episode = ends is not None
         kind = "episode" if episode else "truncated" if truncated else "steady"
         if any(_kind(entry.record) == kind for entry, _ in self._matches(cg)):
@@ -236,6 +245,9 @@ class Memo:
                                    transient_bytes=transient_bytes[flow], steady_rate=rates[flow],
                                    end_ns=ends[flow] if episode else 0)
             rec.transport_state.update(states.get(flow, {}))
+            times, sizes = (progress or {}).get(flow, ([], []))
+            rec.progress_ns.extend(times)
+            rec.progress_bytes.extend(sizes)
         for a, b, e in sorted(cg.graph.edges(data=True)):
             record.edges.add(a=a, b=b, weight=e["w"], contended=e["c"], data_ack=e["x"])
         self._add(record, graph=cg.graph)
@@ -299,4 +311,5 @@ def _mapped(record: MemoRecord, cg: ConflictGraph, mapping: dict[int, int]) -> T
         t.states[flow] = dict(stored.transport_state)
         if t.ends is not None:
             t.ends[flow] = stored.end_ns
+            t.progress[flow] = (list(stored.progress_ns), list(stored.progress_bytes))
     return t

@@ -253,10 +253,10 @@ class AccelSpec(_Spec):
     # and its connection's next flow takes over ("computed", the paper's way); or every flow's last
     # `margin` bytes are simulated packet by packet ("simulated"). TCP: always simulated.
     flow_ends: Literal["computed", "simulated"] = "computed"
-    # RDMA memo: a partition whose flows all have at most this many bytes left is kept as an
-    # episode, until every flow completed, and a hit completes its flows at the recorded times
-    # (0: no episodes).
-    episode_bytes: Annotated[int, _bounded(parse_size, 0, 2**64 - 1)] = 1_048_576
+    # RDMA memo: a partition of flows too short to be frozen steady (each with less than
+    # margin + min_freeze at its line rate left) is kept as an episode, until every flow
+    # completed, and a hit completes its flows at the recorded times.
+    episodes: bool = True
 
 
 class AicbSpec(_Spec):
