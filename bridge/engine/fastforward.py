@@ -28,13 +28,17 @@ the QP's rate, DCQCN target rate and alpha or HPCC reference rate and U). Flows 
 a truncated record go through its first part only, and keep their own congestion state.
 
 Episodes (RDMA, computed ends): a partition whose flows are all too short to be frozen steady is
-looked up by a graph labelled with each flow's bytes left, bytes in flight and its QP's rates. On a
-miss it is watched until every flow completed, and kept if nothing touched it meanwhile (no flow
-started on its ports, none of it froze): each flow's completion from the start, and its QP's
-congestion state then. On a hit the partition is frozen at once, its flows complete at the recorded
-times, and it thaws when the last one has (their QPs get the recorded congestion state). A flow
-starting on its ports before that thaws it early: each flow still running skips its bytes in
-proportion to the time it ran, and goes on simulated with its own congestion state.
+looked up by a graph labelled with each flow's bytes left, how long it has been sending and its
+QP's rates. On a miss it is watched until every flow completed, and kept if nothing touched it
+meanwhile (no flow started on its ports, none of it froze): each flow's completion from the start,
+its bytes delivered at each rate sample before, and its QP's congestion state at its end. On a hit
+the partition is frozen at once, its flows complete at the recorded times, and it thaws when the
+last one has (their QPs get the recorded congestion state). A flow starting only on the ports of
+flows already completed sheds them: the rest freeze again at once (in the recorded run the
+partition had split there). One starting on a running flow's ports thaws the episode: each flow
+still running skips the bytes the record had it deliver by then plus those it would have on the
+wire, and goes on simulated with its own congestion state; one whose last bytes would already be on
+the wire completes at its recorded time.
 
 Known inexactness: TCP state holding absolute times sees the jump; RTT samples of segments in
 flight at the freeze come out dT long and inflate the RTO for about 0.5 ms after a thaw. Without
@@ -349,9 +353,10 @@ class FastForward:
         self.stats.control_s += time.perf_counter() - t0
 
     def pop_completions(self, now: int) -> list[tuple[int, int]]:
-        """Flows whose computed end inside a frozen partition has come: (flow, end ns), in order of
-        their ends. Called after each run slice, before anything can thaw their partitions; the
-        executor reports each back through flow_finished, as a simulated end."""
+        """Flows whose computed end inside a frozen partition has come, or whose recorded end came
+        after their episode thawed: (flow, end ns), in order of their ends. Called after each run
+        slice, before anything can thaw their partitions; the executor reports each back through
+        flow_finished, as a simulated end."""
         due = []
         for st in self.state.values():
             frozen = st.frozen

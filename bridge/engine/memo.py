@@ -13,8 +13,9 @@ A record holds what the partition did from forming until it turned steady: the t
 state then. Flows too short to turn steady leave a truncated record instead (on RDMA): what the
 partition did until just before its first flow could get near its end (a hit skips that much and
 simulates on). A partition of short flows that nothing touched until every flow completed leaves an
-episode record (on RDMA): when each flow completed and its congestion state then; a hit completes
-each flow at that time without simulating it (an expert-parallel all-to-all is one such episode).
+episode record (on RDMA): when each flow completed, its bytes delivered at the rate samples before,
+and its congestion state at its end; a hit completes each flow at that time without simulating it
+(an expert-parallel all-to-all is one such episode).
 Records live in a `cache_store.MemoStore` under a fingerprint of everything else that
 changes the dynamics (transport and queue settings, detection settings, ns-3 and project versions),
 so a record made under another configuration is never applied. A run sees the store as it was
