@@ -106,6 +106,12 @@ class ConflictGraph:
         self._ports = [ports[f] for f in self.flows]
 
     @cached_property
+    def layout(self) -> tuple:
+        """Vertex by vertex, its label and ports: equal layouts are the same graph, vertex for
+        vertex (the same flows' places recurring, as a collective does on the same hosts)."""
+        return tuple(zip(self.labels, self._ports))
+
+    @cached_property
     def graph(self) -> nx.Graph:
         graph = nx.Graph()
         for v, label in enumerate(self.labels):
@@ -185,6 +191,8 @@ class Memo:
         self.stats = MemoStats()
         self.index: dict[str, list[_Entry]] = {}
         self.label_sets: set[tuple[str, ...]] = set()   # each record's vertex labels, sorted
+        # layout -> its sorted labels and _matches, until a record with those labels is added
+        self.found: dict[tuple, tuple[tuple[str, ...], list[tuple[_Entry, dict[int, int]]]]] = {}
         if store is not None:
             loaded = store.load()   # CacheError: not a store, or a newer schema
             for problem in loaded.problems:
@@ -200,8 +208,13 @@ class Memo:
         are labelled apart: their lookups find episode records only.)"""
         t0 = time.perf_counter()
         self.stats.lookups += 1
-        known = tuple(sorted(cg.labels)) in self.label_sets     # else no need to build the graph
-        matches = sorted(self._matches(cg), key=lambda m: _KINDS.index(_kind(m[0].record))) if known else []
+        labels = tuple(sorted(cg.labels))
+        matches = []
+        if labels in self.label_sets:                            # else no need to build the graph
+            _, matches = self.found.get(cg.layout, (labels, None))
+            if matches is None:
+                matches = sorted(self._matches(cg), key=lambda m: _KINDS.index(_kind(m[0].record)))
+                self.found[cg.layout] = (labels, matches)
         if matches:
             self.stats.hits += 1
         else:
@@ -263,7 +276,10 @@ class Memo:
                 self.store = None
 
     def _add(self, record: MemoRecord, graph: nx.Graph | None = None) -> None:
-        self.label_sets.add(tuple(sorted(f.label for f in record.flows)))
+        labels = tuple(sorted(f.label for f in record.flows))
+        self.label_sets.add(labels)
+        for layout in [layout for layout, (known, _) in self.found.items() if known == labels]:
+            del self.found[layout]
         entries = self.index.setdefault(record.graph_hash, [])
         entries.append(_Entry(record_id(record), record, graph))
         entries.sort(key=lambda e: e.rid)
