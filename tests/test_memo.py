@@ -392,3 +392,16 @@ def test_a_flow_on_a_running_flows_ports_thaws_the_episode(tmp_path):
     assert ((replayed.bytes_skipped > 0) & (replayed.bytes_skipped < replayed.size_bytes)).all()
     error = (cold.flows.fct_ns - stock.flows.fct_ns).abs() / stock.flows.fct_ns
     assert error.max() < 0.15 and error[3] < 0.002, error.tolist()
+
+
+def test_a_flow_thawing_an_episode_within_a_lag_of_a_flows_end_leaves_that_end_recorded(tmp_path):
+    """The third flow starts 1 us before the 200 KB flow's recorded end (29 us), on its receiver's
+    link: the completed 100 KB flow is shed, the episode thaws, and the 200 KB flow, whose last
+    bytes are already on the wire in the record, completes at its recorded time instead of one
+    lag after the thaw. Every flow ends as in stock."""
+    path = short_incasts(tmp_path, {"src": 7, "dst": 4, "size": "100KB", "start": "528us"})
+    stock = api.run(path, tmp_path / "stock")
+    cold = api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "m.whdb")
+    accel = cold.summary["accel"]
+    assert (accel["memo"]["applied_episode"], accel["episodes_interrupted"], accel["ends_computed"]) == (1, 1, 2)
+    assert (cold.flows.fct_ns - stock.flows.fct_ns).abs().max() <= 10, (cold.flows.fct_ns - stock.flows.fct_ns).tolist()

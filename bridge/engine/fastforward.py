@@ -483,6 +483,8 @@ class FastForward:
         tags = np.array(part.tags(self.net.n_ports), dtype=np.uint32)
         frozen.group = int(self.sim.Freeze(tags, len(tags)))
         self._abandon_episodes([part.id])
+        for flow in part.flows:               # the model ends it now (an episode left it few bytes)
+            self.pending_ends.pop(flow, None)
         if frozen.memo is not None and frozen.memo.ends is not None:    # an episode
             for flow in sorted(frozen.rates):
                 frozen.left[flow] = self._left(flow)
