@@ -15,11 +15,11 @@ partition did until just before its first flow could get near its end (a hit ski
 simulates on). A partition of short flows that nothing touched until every flow completed leaves an
 episode record (on RDMA): when each flow completed, its bytes delivered at the rate samples before,
 and its congestion state at its end; a hit completes each flow at that time without simulating it
-(an expert-parallel all-to-all is one such episode).
-Records live in a `cache_store.MemoStore` under a fingerprint of everything else that
-changes the dynamics (transport and queue settings, detection settings, ns-3 and project versions),
-so a record made under another configuration is never applied. A run sees the store as it was
-when the run started plus its own records: the same scenario, seed and store give the same run.
+(an expert-parallel all-to-all is one such episode). Records live in a `cache_store.MemoStore`
+under a fingerprint of everything else that changes the dynamics (transport and queue settings,
+detection settings, ns-3 and project versions), so a record made under another configuration is
+never applied. A run sees the store as it was when the run started plus its own records: the same
+scenario, seed and store give the same run.
 """
 
 from __future__ import annotations
@@ -205,7 +205,8 @@ class Memo:
     def lookup(self, cg: ConflictGraph) -> list[Transient]:
         """The records whose start graph is isomorphic to `cg`, mapped onto its flows: the steady
         one first, then the truncated one (for flows too short for the steady one). (Episode graphs
-        are labelled apart: their lookups find episode records only.)"""
+        are labelled apart: their lookups find episode records only.) The matches are kept per
+        layout until a record with the same labels is added."""
         t0 = time.perf_counter()
         self.stats.lookups += 1
         labels = tuple(sorted(cg.labels))
