@@ -162,6 +162,8 @@ def _cache(args: argparse.Namespace) -> int:
             s = store.stats()
             print(f"{s['path']}: {s['records']} records, {s['size_bytes']:,} bytes, {s['problems']} damaged, "
                   f"schema {s['schema_version']}")
+            if s["kinds"]:
+                print("  " + ", ".join(f"{n} {kind}" for kind, n in sorted(s["kinds"].items())))
             for fp, n in sorted(s["fingerprints"].items()):
                 print(f"  configuration {fp[:16]}: {n} records")
         elif args.action == "verify":

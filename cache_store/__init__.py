@@ -22,6 +22,7 @@ from .store import (
     format_problem,
     parse,
     record_id,
+    record_kind,
 )
 
 __all__ = [
@@ -38,4 +39,5 @@ __all__ = [
     "format_problem",
     "parse",
     "record_id",
+    "record_kind",
 ]

@@ -79,6 +79,11 @@ def record_id(record: MemoRecord) -> str:
     return hashlib.sha256(record.SerializeToString(deterministic=True)).hexdigest()
 
 
+def record_kind(record: MemoRecord) -> str:
+    """"steady", "truncated" (cut short before a flow's end) or "episode" (kept until every flow ended)."""
+    return "episode" if record.episode else "truncated" if record.truncated else "steady"
+
+
 def encode_frame(record: MemoRecord) -> bytes:
     """The bytes of one frame holding ``record``."""
     payload = record.SerializeToString(deterministic=True)
@@ -234,12 +239,14 @@ class MemoStore:
         return VerifyReport(len(loaded.records), loaded.problems)
 
     def stats(self) -> dict[str, object]:
-        """Path, size in bytes, valid records, problems, records per fingerprint, header schema version."""
+        """Path, size in bytes, valid records, problems, records per fingerprint and per kind,
+        header schema version."""
         data = self._read()
         loaded = parse(data, self.path)
         return {"path": str(self.path), "size_bytes": len(data), "records": len(loaded.records),
                 "problems": len(loaded.problems),
                 "fingerprints": dict(Counter(r.fingerprint for r in loaded.records)),
+                "kinds": dict(Counter(record_kind(r) for r in loaded.records)),
                 "schema_version": loaded.schema_version}
 
     # -- writing ----------------------------------------------------------------------------------------

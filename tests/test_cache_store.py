@@ -73,7 +73,8 @@ def test_round_trip_fields_map_edges(tmp_path):
     assert store.verify().ok and store.verify().n_valid == 5
     stats = store.stats()
     assert stats == {"path": str(store.path), "size_bytes": store.path.stat().st_size, "records": 5,
-                     "problems": 0, "fingerprints": {"cd": 3, "ab": 2}, "schema_version": SCHEMA_VERSION}
+                     "problems": 0, "fingerprints": {"cd": 3, "ab": 2}, "kinds": {"steady": 5},
+                     "schema_version": SCHEMA_VERSION}
 
 
 def test_record_id_is_deterministic_over_map_order():

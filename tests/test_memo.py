@@ -191,7 +191,8 @@ def test_cache_commands(runs, tmp_path, capsys):
     store = tmp_path / "s.whdb"
     store.write_bytes(runs["cache"].read_bytes())
     assert main(["cache", "stats", "--cache", str(store)]) == 0
-    assert "1 records" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 records" in out and "1 steady" in out
     assert main(["cache", "verify", "--cache", str(store)]) == 0
     assert main(["cache", "export", str(tmp_path / "e.whdb"), "--cache", str(store)]) == 0
     assert main(["cache", "import", str(tmp_path / "e.whdb"), "--cache", str(tmp_path / "i.whdb")]) == 0

@@ -37,7 +37,7 @@ import networkx as nx
 import numpy as np
 from networkx.algorithms.isomorphism import GraphMatcher
 
-from cache_store import SCHEMA_VERSION, CacheError, MemoStore, format_problem, record_id
+from cache_store import SCHEMA_VERSION, CacheError, MemoStore, format_problem, record_id, record_kind
 from cache_store.memo_pb2 import MemoRecord
 
 from ..errors import CacheFileError
@@ -214,7 +214,7 @@ class Memo:
         if labels in self.label_sets:                            # else no need to build the graph
             _, matches = self.found.get(cg.layout, (labels, None))
             if matches is None:
-                matches = sorted(self._matches(cg), key=lambda m: _KINDS.index(_kind(m[0].record)))
+                matches = sorted(self._matches(cg), key=lambda m: _KINDS.index(record_kind(m[0].record)))
                 self.found[cg.layout] = (labels, matches)
         if matches:
             self.stats.hits += 1
@@ -228,13 +228,13 @@ class Memo:
         mapping."""
         found: dict[str, tuple[_Entry, dict[int, int]]] = {}
         for entry in self.index.get(cg.key, ()):
-            if _kind(entry.record) in found:
+            if record_kind(entry.record) in found:
                 continue
             if entry.graph is None:
                 entry.graph = _stored_graph(entry.record)
             matcher = GraphMatcher(cg.graph, entry.graph, node_match=_same_label, edge_match=_same_weight)
             if matcher.is_isomorphic():
-                found[_kind(entry.record)] = (entry, matcher.mapping)
+                found[record_kind(entry.record)] = (entry, matcher.mapping)
                 if len(found) == len(_KINDS):
                     break
         return list(found.values())
@@ -249,7 +249,7 @@ class Memo:
         store, unless an isomorphic partition was recorded so meanwhile (several can form at once)."""
         episode = ends is not None
         kind = "episode" if episode else "truncated" if truncated else "steady"
-        if any(_kind(entry.record) == kind for entry, _ in self._matches(cg)):
+        if any(record_kind(entry.record) == kind for entry, _ in self._matches(cg)):
             self.stats.records_duplicate += 1
             return
         record = MemoRecord(schema_version=SCHEMA_VERSION, fingerprint=self.fingerprint, graph_hash=cg.key,
@@ -291,10 +291,6 @@ class Memo:
 
 
 _KINDS = ("steady", "truncated", "episode")
-
-
-def _kind(record: MemoRecord) -> str:
-    return "episode" if record.episode else "truncated" if record.truncated else "steady"
 
 
 def _same_label(a: dict, b: dict) -> bool:
