@@ -322,6 +322,25 @@ def test_an_episode_record_maps_each_flows_end(tmp_path):
     assert Memo(MemoStore(tmp_path / "m.whdb"), "fp", "t", warn=print).lookup(incast(100)[1]) == []
 
 
+def test_an_intact_but_inconsistent_record_is_skipped_with_a_warning(tmp_path):
+    """A record whose checksum holds but whose episode progress a writer got wrong is not loaded:
+    a one-line warning names the store and the record; the good records load."""
+    flows, cg = incast(0, labels=("E1|a", "E2|b", "E3|c"))
+    store = MemoStore(tmp_path / "m.whdb")
+    memo = Memo(store, "fp", "t", warn=print)
+    memo.record(cg, 50_000, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {},
+                ends=dict(zip(flows, (30_000, 50_000, 40_000))))
+    bad = MemoStore(tmp_path / "m.whdb").load().records[0]
+    bad.flows[0].progress_ns.append(10_000)                  # a time without a size
+    bad.transient_ns += 1                                    # (another record id)
+    store.append(bad)
+    warnings = []
+    loaded = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "t", warn=warnings.append)
+    assert loaded.stats.records_loaded == 1
+    assert len(warnings) == 1 and str(tmp_path / "m.whdb") in warnings[0]
+    assert "flow 0 has 1 progress times but 0 sizes" in warnings[0]
+
+
 # Episodes are for flows too short to be frozen steady: with min_freeze 30 us, those with less
 # than 64 KiB + 30 us at 100 Gbps (439 KB) left, so tiny-memo-rdma's 400 KB flows.
 LONGER_FREEZES = {"min_freeze": "30us"}

@@ -199,6 +199,10 @@ class Memo:
                 self._warn(format_problem(store.path, problem))
             for record in loaded.records:
                 if record.fingerprint == fingerprint_hex and record.schema_version <= SCHEMA_VERSION:
+                    problem = _inconsistency(record)
+                    if problem:
+                        self._warn(f"{store.path}: record {record_id(record)[:12]} skipped: {problem}")
+                        continue
                     self._add(record)
                     self.stats.records_loaded += 1
 
@@ -291,6 +295,21 @@ class Memo:
 
 
 _KINDS = ("steady", "truncated", "episode")
+
+
+def _inconsistency(record: MemoRecord) -> str | None:
+    """What makes an intact record unusable (its checksum held, but a writer got it wrong)."""
+    vertices = sorted(f.vertex for f in record.flows)
+    if vertices != list(range(len(vertices))):
+        return "its flows are not vertices 0..n-1"
+    if any(not (e.a < len(vertices) and e.b < len(vertices)) for e in record.edges):
+        return "an edge names a vertex it does not have"
+    for f in record.flows:
+        if len(f.progress_ns) != len(f.progress_bytes):
+            return f"flow {f.vertex} has {len(f.progress_ns)} progress times but {len(f.progress_bytes)} sizes"
+        if record.episode and (f.end_ns < 0 or any(not 0 < t < (f.end_ns or record.transient_ns) for t in f.progress_ns)):
+            return f"flow {f.vertex}'s progress is not within its episode"
+    return None
 
 
 def _same_label(a: dict, b: dict) -> bool:
