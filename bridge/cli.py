@@ -33,11 +33,13 @@ def _add_accel_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flow-ends", choices=["computed", "simulated"],
                         help="RDMA: flows complete inside frozen partitions at their computed time "
                         "(default), or each flow's end is simulated packet by packet")
+    parser.add_argument("--episodes", action=argparse.BooleanOptionalAction,
+                        help="RDMA memo: --no-episodes simulates every partition of short flows (ablation)")
 
 
 def _accel_overrides(args: argparse.Namespace) -> dict | None:
     given = {k: v for k, v in (("theta", args.theta), ("window", args.window), ("tau", args.tau),
-                               ("flow_ends", args.flow_ends)) if v is not None}
+                               ("flow_ends", args.flow_ends), ("episodes", args.episodes)) if v is not None}
     return given or None
 
 
@@ -224,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--flow-ends", choices=["computed", "simulated"],
                           help="RDMA, accelerated run: flows complete inside frozen partitions at their "
                           "computed time (default), or each flow's end is simulated")
+    validate.add_argument("--episodes", action=argparse.BooleanOptionalAction,
+                          help="RDMA, accelerated run: --no-episodes simulates every partition of short "
+                          "flows (ablation)")
     # Testing: compare stock against stock on another seed instead of the accelerated run.
     validate.add_argument("--against-seed", type=int, help=argparse.SUPPRESS)
     validate.set_defaults(handler=_validate)

@@ -425,3 +425,13 @@ def test_a_flow_thawing_an_episode_within_a_lag_of_a_flows_end_leaves_that_end_r
     accel = cold.summary["accel"]
     assert (accel["memo"]["applied_episode"], accel["episodes_interrupted"], accel["ends_computed"]) == (1, 1, 2)
     assert (cold.flows.fct_ns - stock.flows.fct_ns).abs().max() <= 10, (cold.flows.fct_ns - stock.flows.fct_ns).tolist()
+
+
+def test_episodes_are_turned_off_on_the_command_line(tmp_path):
+    path = short_incasts(tmp_path, {"src": 5, "dst": 7, "size": "100KB", "start": "525us"})
+    for flag, episodes in (("--episodes", 1), ("--no-episodes", 0)):
+        out = tmp_path / flag
+        assert main(["run", str(path), "--out", str(out), "--accel", "--cache", str(tmp_path / f"{flag}.whdb"),
+                     flag]) == 0
+        memo = json.loads((out / "summary.json").read_text())["accel"]["memo"]
+        assert (memo["applied_episode"], memo["records_episode"] > 0) == (episodes, bool(episodes))
