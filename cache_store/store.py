@@ -80,7 +80,8 @@ def record_id(record: MemoRecord) -> str:
 
 
 def record_kind(record: MemoRecord) -> str:
-    """"steady", "truncated" (cut short before a flow's end) or "episode" (kept until every flow ended)."""
+    """Its kind: "steady", "truncated" (cut short before a flow's end) or "episode" (kept until
+    every flow ended)."""
     return "episode" if record.episode else "truncated" if record.truncated else "steady"
 
 
