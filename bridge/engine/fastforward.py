@@ -92,6 +92,11 @@ class Frozen:
     vacant_until: dict[int, int] = field(default_factory=dict)  # connection -> thaw unless filled by then
     offset_ns: int = 0            # episode: how far into the recorded episode this freeze began
 
+    @property
+    def episode(self) -> bool:
+        """Frozen on an episode record: its flows complete at the recorded times."""
+        return self.memo is not None and self.memo.ends is not None
+
     def leave_vacant(self, conn: int, flow: int, until_ns: int = NEVER) -> None:
         self.vacant[conn] = flow
         if until_ns != NEVER:
@@ -106,7 +111,7 @@ class Frozen:
 
     def skipped_bytes(self, flow: int, shift: int) -> int:
         """Bytes `flow` would have delivered in `shift` ns of this freeze."""
-        if self.memo is not None and self.memo.ends is not None:         # an episode
+        if self.episode:
             at, memo = self.offset_ns + shift, self.memo
             if at >= memo.ends[flow]:
                 return self.left[flow]
@@ -432,8 +437,7 @@ class FastForward:
 
     def _check(self, now: int) -> None:
         self.stats.checks += 1
-        n = self.n_read = int(self.probe.Read(self.times, self.delivered, self.arrived, self.queues,
-                                              self.capacity))
+        n = self._read_probe()
         for pid, st in self.state.items():
             if st.frozen:
                 continue
@@ -441,6 +445,11 @@ class FastForward:
             scales = [s for s in self.scales if history >= self.spec.window * s + 1]
             if scales:
                 self._try_freeze(self.parts.by_id[pid], st, n, scales, now)
+
+    def _read_probe(self) -> int:
+        """Copy the probe's samples into times/delivered/arrived/queues; returns how many."""
+        self.n_read = int(self.probe.Read(self.times, self.delivered, self.arrived, self.queues, self.capacity))
+        return self.n_read
 
     def _window_rates(self, n: int, flows: list[int], scale: int) -> np.ndarray:
         """Bytes per block of `scale` samples over the last `window` blocks: window x flows."""
@@ -485,7 +494,7 @@ class FastForward:
         self._abandon_episodes([part.id])
         for flow in part.flows:               # the model ends it now (an episode left it few bytes)
             self.pending_ends.pop(flow, None)
-        if frozen.memo is not None and frozen.memo.ends is not None:    # an episode
+        if frozen.episode:
             for flow in sorted(frozen.rates):
                 frozen.left[flow] = self._left(flow)
                 frozen.ends[flow] = now - frozen.offset_ns + frozen.memo.ends[flow]
@@ -517,8 +526,7 @@ class FastForward:
         # come out of its successor's (they arrive after the thaw, where the successor's would). A
         # successor the model has nearly done may lose all its bytes: it completes with the ACK of
         # the last byte in flight, at most one lag after its computed end.
-        memo = frozen.memo
-        episode = memo is not None and memo.ends is not None
+        memo, episode = frozen.memo, frozen.episode
         stream = frozen.order or {self.conn_of[flow]: [flow] for flow in frozen.rates}
         for conn, flows in stream.items():
             # An episode's flow thawed for good (not shed) restarts with an empty pipe: it is
@@ -539,8 +547,8 @@ class FastForward:
             conn = self.conn_of[flow]
             self.thawed[flow] = (rate, now)
             # The stored congestion state is where the transient ends (an episode's flow: where it
-            # completed, the nearest state known for one still running): an interrupted transient
-            # keeps the state it had (the flow resumes its own ramp with the bytes it was credited).
+            # completed): an interrupted transient, or an episode's flow still running, keeps the
+            # state it had (the flow resumes its own ramp with the bytes it was credited).
             ended = flow in frozen.done if episode else memo is not None and shift >= memo.transient_ns
             if ended and memo.states.get(flow):
                 state = memo.states[flow]
@@ -601,7 +609,7 @@ class FastForward:
         t0 = time.perf_counter()
         frozen = self.state[pid].frozen
         conn = self.conn_of[flow]
-        if frozen.memo is not None and frozen.memo.ends is not None:    # an episode
+        if frozen.episode:
             if successor is not None:        # it starts on the ports `flow` leaves
                 hosts = self.parts.flow_hosts[flow]
                 self._shed_completed(pid, now)
@@ -628,7 +636,7 @@ class FastForward:
         the partition had split at each end: a flow starting on the ports of completed flows did
         not touch the others.)"""
         frozen = self.state[pid].frozen
-        if frozen is None or frozen.memo is None or frozen.memo.ends is None or not frozen.done:
+        if frozen is None or not frozen.episode or not frozen.done:
             return
         running = [f for f in frozen.rates if f not in frozen.done]
         self._thaw(pid, now, planned=True, shed=True)
@@ -778,8 +786,7 @@ class FastForward:
     def _progress(self, episode: Episode) -> dict[int, tuple[list[int], list[int]]]:
         """Per flow of a completed episode, its bytes delivered at each rate sample before its end
         (those still in the probe's history: 170 us by default)."""
-        n = self.n_read = int(self.probe.Read(self.times, self.delivered, self.arrived, self.queues,
-                                              self.capacity))
+        n = self._read_probe()
         times = self.times[:n] - episode.formed_ns
         progress = {}
         for flow, end in episode.ends.items():
@@ -839,8 +846,7 @@ class FastForward:
     def _last_rates(self, forming: Forming, now: int) -> dict[int, float]:
         """Bytes per ns each flow of a forming partition delivered since the latest probe sample at
         least tau / 2 old (or since the partition formed, if that is later)."""
-        n = self.n_read = int(self.probe.Read(self.times, self.delivered, self.arrived, self.queues,
-                                              self.capacity))
+        n = self._read_probe()
         k = int(np.searchsorted(self.times[:n], now - self.spec.tau // 2, side="right")) - 1
         use_sample = k >= 0 and self.times[k] >= forming.formed_ns
         since = int(self.times[k]) if use_sample else forming.formed_ns
