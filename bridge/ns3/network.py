@@ -11,6 +11,7 @@ from ..topology import Topology
 
 TCP_TYPES = {"dctcp": "ns3::TcpDctcp", "newreno": "ns3::TcpNewReno", "cubic": "ns3::TcpCubic"}
 IP_TCP_HEADERS = 40
+PPP_HEADER = 2  # PointToPointNetDevice adds a 2-byte PPP header to every frame
 TIMESTAMP_OPTION = 12  # 10-byte option padded to 12
 
 
@@ -32,6 +33,13 @@ class Ns3Network:
     rdma: bool = False          # RdmaNetwork / RdmaFlowManager instead of TCP/IP
     # Names of the three numbers a sender's Get/SetCongestionState carry (memo records keep them).
     cc_state_keys: tuple[str, str, str] = ("cwnd", "ssthresh", "alpha")
+    # RDMA frames on the wire (PPP header included): a data frame and its payload, and the payload
+    # bytes one ACK acknowledges. How fast a flow goes when another's ACKs leave its link.
+    payload_bytes: int = 0
+    data_frame_bytes: int = 0
+    ack_frame_bytes: int = 0
+    acked_per_ack: int = 0
+    utilization_cc: bool = False   # HPCC: rates follow the links' measured utilization
 
     def now_ns(self) -> int:
         return int(self.h.ns.Simulator.Now().GetNanoSeconds())
@@ -89,8 +97,14 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
         flows = h.wh.RdmaFlowManager(builder, n_flows)
         keys = (("rate_bps", "reference_rate_bps", "u") if config.ccMode == 3
                 else ("rate_bps", "target_rate_bps", "alpha"))
+        telemetry = config.intBytes if config.ccMode == 3 else 0
+        payload = int(config.payloadBytes)
+        acked_per_ack = min(max(int(config.ackIntervalBytes), payload), max(int(config.chunkBytes), payload))
         return Ns3Network(h=h, builder=builder, flows=flows, n_ports=int(builder.GetNPorts()), rdma=True,
-                          cc_state_keys=keys)
+                          cc_state_keys=keys, payload_bytes=payload,
+                          data_frame_bytes=payload + config.dataOverheadBytes + telemetry + PPP_HEADER,
+                          ack_frame_bytes=config.ackBytes + telemetry + PPP_HEADER, acked_per_ack=acked_per_ack,
+                          utilization_cc=config.ccMode == 3)
     config = h.wh.QueueConfig()
     config.queuePackets = transport.queue_size
     config.ecnMarking = transport.kind == "dctcp"

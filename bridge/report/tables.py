@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 
 from ..engine.executor import Execution
+from ..ns3.network import PPP_HEADER
 from ..topology import Topology
 from ..workload.dag import ComputeTask, Workload
 
-PPP_HEADER = 2  # PointToPointNetDevice adds a 2-byte PPP header to every frame
 
 FLOW_COLUMNS = ["flow_id", "src", "dst", "size_bytes", "start_ns", "head_ns", "end_ns", "fct_ns",
                 "ideal_fct_ns", "iteration", "collective", "group", "step", "bytes_skipped"]
