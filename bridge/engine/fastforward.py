@@ -268,7 +268,10 @@ class FastForward:
         self.sim.AttachPorts(net.builder)
         # Steady at the sample period, or over blocks of `coarse` samples: a fine scale catches
         # clean flows early, the coarse one flows whose packet-level rate is noisy but stationary.
-        self.scales = sorted({1, spec.coarse})
+        # HPCC's rates swing over ~150 us (a decaying oscillation): a steady rate taken over the fine
+        # window's 30 us came out up to 2 % off; the coarse one's 120 us averages it (gpt-xl-hpcc:
+        # iteration error 0.91 % -> 0.04 %, for 77x -> 66x fewer events than stock): coarse only.
+        self.scales = [spec.coarse] if net.utilization_cc else sorted({1, spec.coarse})
         self.capacity = spec.window * spec.coarse + 2
         self.probe = wh.RateProbe(net.flows.GetTable(), net.builder, self.capacity)
         self.probing = False  # sampling starts with the first flow (workloads may start late)
@@ -509,7 +512,7 @@ class FastForward:
         blocks = {s: self._window_rates(n, flows, s) for s in scales}
         rates: dict[int, float] = {}
         for i, flow in enumerate(flows):
-            if blocks[1][:, i].sum() <= 0:
+            if blocks[scales[0]][:, i].sum() <= 0:
                 return                                      # a sending flow that does not move
             scale = next((s for s, b in blocks.items() if _spread(b[:, i]) < spec.theta), None)
             if scale is None:
