@@ -248,8 +248,9 @@ def run_sweep(sweep: Sweep | str | os.PathLike, out_dir: str | os.PathLike, work
     if tasks:
         # spawn: a forked copy of this process would inherit the progress display's threads.
         ctx = multiprocessing.get_context("spawn")
-        # The pool's exit terminates the workers, also on KeyboardInterrupt: an interrupted
-        # run leaves no summary.json, so it runs again on resume.
+        # On KeyboardInterrupt the pool's exit terminates the workers: an interrupted run leaves
+        # no summary.json, so it runs again on resume. Done, they exit on their own (close, join):
+        # a terminate() then raced the idle workers' exit and once hung a finished sweep for good.
         with ctx.Pool(min(workers, len(tasks)), initializer=_worker_signals) as pool:
             for task, error in pool.imap_unordered(_run_one, tasks):
                 done += 1
@@ -257,6 +258,8 @@ def run_sweep(sweep: Sweep | str | os.PathLike, out_dir: str | os.PathLike, work
                     errors.append(f"{Path(task[1]).relative_to(out)}: {error}")
                 if progress:
                     progress(done, total)
+            pool.close()
+            pool.join()
     results, timings = collect(sweep, out)
     results.to_csv(out / "results.csv", index=False)
     timings.to_csv(out / "timings.csv", index=False)

@@ -103,7 +103,7 @@ def test_a_flow_queued_on_a_busy_connection_leaves_its_frozen_partition_alone(tm
 
 
 def rdma_scenario(tmp_path: Path, flows: list[dict], name: str = "ends", cc: str = "dcqcn") -> Path:
-    """The leaf-spine above on RDMA (DCQCN); flows of a host pair share one queue pair."""
+    """The leaf-spine above on RDMA (DCQCN unless `cc`); flows of a host pair share one queue pair."""
     path = scenario(tmp_path, flows, name)
     data = yaml.safe_load(path.read_text())
     data["transport"] = {"kind": "rdma", "cc": cc, "persistent_connections": True}
@@ -147,7 +147,7 @@ def test_a_connection_left_vacant_speeds_up_the_flow_its_acks_slowed(tmp_path, g
     # line rate, bound by the link it shared with them) runs 3.6 % faster, until h0's next flow
     # takes the vacant place (its first bytes acknowledged one round trip after it starts: without
     # that lag its FCT would come out 0.9 % short), and again once that one ends. Nothing thaws.
-    # Without the gain, h5 -> h0 would end 1.5 % late.
+    # Without the gain, h5 -> h0 would end 1.7 % late.
     path = rdma_scenario(tmp_path, vacancy_flows(356 + gap_us))
     accel = api.run(path, tmp_path / "accel", accel=True, memo=False)
     s = accel.summary["accel"]
@@ -163,8 +163,8 @@ def test_hpcc_waits_for_the_coarse_window_and_a_vacancy_for_one_sample(tmp_path)
     # HPCC's rates swing over ~150 us: its steady rates are taken over the coarse window (120 us);
     # over the fine one (30 us) these FCTs came out 1.1-2.1 % off. HPCC climbs to the capacity the
     # ACKs left over round trips, which the model does not know: the vacancy lasts one rate sample
-    # (10 us), then the partition thaws; h0's next flow, 30 us after its first one ended, starts in
-    # ns-3.
+    # (10 us), then the partition thaws; h0's next flow, about 40 us after its first one ended,
+    # starts in ns-3.
     path = rdma_scenario(tmp_path, vacancy_flows(440), cc="hpcc")
     accel = api.run(path, tmp_path / "accel", accel=True, memo=False)
     s = accel.summary["accel"]

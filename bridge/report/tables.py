@@ -13,7 +13,6 @@ from ..ns3.network import PPP_HEADER
 from ..topology import Topology
 from ..workload.dag import ComputeTask, Workload
 
-
 FLOW_COLUMNS = ["flow_id", "src", "dst", "size_bytes", "start_ns", "head_ns", "end_ns", "fct_ns",
                 "ideal_fct_ns", "iteration", "collective", "group", "step", "bytes_skipped"]
 COMM_KINDS = ("dp", "pp", "ep")  # a collective's name starts with its group kind: dp_allreduce, ep_alltoall
