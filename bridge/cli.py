@@ -30,6 +30,8 @@ def _add_accel_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--theta", type=float, help="steady threshold on (max-min)/mean of a flow's rate")
     parser.add_argument("--window", type=int, help="steady window: number of rate samples (l)")
     parser.add_argument("--tau", type=_time_ns, help="rate sample period, e.g. 10us")
+    parser.add_argument("--coarse", type=int, help="samples per block of the steady test's coarse scale "
+                        "(HPCC's only scale: 1 gives back the faster, less exact fine window)")
     parser.add_argument("--flow-ends", choices=["computed", "simulated"],
                         help="RDMA: flows complete inside frozen partitions at their computed time "
                         "(default), or each flow's end is simulated packet by packet")
@@ -39,7 +41,8 @@ def _add_accel_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _accel_overrides(args: argparse.Namespace) -> dict | None:
     given = {k: v for k, v in (("theta", args.theta), ("window", args.window), ("tau", args.tau),
-                               ("flow_ends", args.flow_ends), ("episodes", args.episodes)) if v is not None}
+                               ("coarse", args.coarse), ("flow_ends", args.flow_ends),
+                               ("episodes", args.episodes)) if v is not None}
     return given or None
 
 
@@ -223,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--theta", type=float, help="steady threshold of the accelerated run")
     validate.add_argument("--window", type=int, help="steady window of the accelerated run")
     validate.add_argument("--tau", type=_time_ns, help="rate sample period of the accelerated run")
+    validate.add_argument("--coarse", type=int, help="samples per block of the accelerated run's coarse "
+                          "steady scale (HPCC's only scale)")
     validate.add_argument("--flow-ends", choices=["computed", "simulated"],
                           help="RDMA, accelerated run: flows complete inside frozen partitions at their "
                           "computed time (default), or each flow's end is simulated")

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from bridge import api
+from bridge.cli import main
 from bridge.errors import ScenarioError
 
 LINK = {"rate": "100Gbps", "delay": "1us"}
@@ -172,6 +173,12 @@ def test_hpcc_waits_for_the_coarse_window_and_a_vacancy_for_one_sample(tmp_path)
     assert s["freezes"] >= 2
     stock = api.run(path, tmp_path / "stock")
     assert fct_errors(stock.flows, accel.flows).max() < 0.005
+    # It first freezes once 4 blocks of 4 samples (160 us) are steady; `--coarse 1` gives back the
+    # fine window (4 samples), which freezes much earlier.
+    first_freeze = lambda out: pd.read_csv(out / "partitions.csv").query("mode == 'frozen'").start_ns.min()  # noqa: E731
+    assert first_freeze(tmp_path / "accel") >= 160_000
+    assert main(["run", str(path), "--out", str(tmp_path / "fine"), "--accel", "--no-memo", "--coarse", "1"]) == 0
+    assert first_freeze(tmp_path / "fine") < 100_000
 
 
 def test_a_successor_thawed_within_its_last_lag_still_completes(tmp_path):

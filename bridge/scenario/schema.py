@@ -237,7 +237,8 @@ class AccelSpec(_Spec):
 
     A partition is steady when, for each of its flows, (max - min) / mean of the delivered rate over
     the last `window` samples of period `tau` is below `theta`, or the same over the last `window`
-    blocks of `coarse` samples (for flows whose per-tau rate is noisy but stationary).
+    blocks of `coarse` samples (for flows whose per-tau rate is noisy but stationary); on HPCC only
+    the latter (its rates swing over ~150 us).
     """
 
     theta: Annotated[float, Field(gt=0, le=1)] = 0.10
