@@ -681,7 +681,7 @@ class FastForward:
         sends it); one paced below (DCQCN after a cut) gains nothing. None if some gain is unknown:
         that link's data was shared, the flow is still in a memoized transient, or the rates
         follow utilization (HPCC climbs to the freed capacity over round trips, with its own
-        overshoot: the same gains doubled gpt-bench-hpcc's ring flows' FCT error)."""
+        overshoot: the same gains put gpt-bench-hpcc further from stock, README)."""
         net = self.net
         if not net.ack_frame_bytes or net.utilization_cc:
             return None
