@@ -95,7 +95,7 @@ class Frozen:
     # flow runs faster by the link time they took (`boosts`) until the connection's next flow comes.
     # A flow's rate changed at some time: the model's bytes then, its current rate since (`rebased`).
     boosts: dict[int, dict[int, float]] = field(default_factory=dict)  # connection -> flow -> rate gained
-    rebased: dict[int, tuple[int, float]] = field(default_factory=dict)  # flow -> (ns, bytes delivered)
+    rebased: dict[int, tuple[int, int]] = field(default_factory=dict)  # flow -> (ns, bytes delivered)
     offset_ns: int = 0            # episode: how far into the recorded episode this freeze began
 
     @property
