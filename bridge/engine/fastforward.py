@@ -659,51 +659,48 @@ class FastForward:
             others = self._others_data(frozen, flow)
             if any(data & mine.data for data in others):
                 self._thaw(pid, now, planned=True)
-            elif not others:
-                frozen.leave_vacant(conn, flow, now + self.spec.tau)
-            elif any(data & mine.acks for data in others):
-                gains = self._ack_gains(frozen, flow, now)
+            else:
+                gains = self._ack_gains(frozen, flow, now) if others else None
                 if gains is None:
                     frozen.leave_vacant(conn, flow, now + self.spec.tau)
                 else:
                     self._boost(frozen, gains, now)
                     frozen.boosts[conn] = gains
                     frozen.leave_vacant(conn, flow)
-            else:
-                frozen.leave_vacant(conn, flow)
         self.stats.control_s += time.perf_counter() - t0
 
     def _ack_gains(self, frozen: Frozen, flow: int, now: int) -> dict[int, float] | None:
-        """How much faster each flow of `frozen` runs without the ACKs of `flow`, which completed: a
-        flow alone with its data on a link those ACKs crossed, and bound by that link (its frames
-        and the ACKs filled it, as DCQCN at line rate), gains the link time they took, up to the
-        rate of a QP pacing its frames at line rate (each frame's time in whole ns, as the device
-        sends it); one paced below (DCQCN after a cut) gains nothing. None if some gain is unknown:
-        that link's data was shared, the flow is still in a memoized transient, or the rates
-        follow utilization (HPCC climbs to the freed capacity over round trips, with its own
-        overshoot: the same gains put gpt-bench-hpcc further from stock, README)."""
+        """How much faster each flow of `frozen` runs without the ACKs of `flow`, which completed
+        (none if its ACKs crossed no one's data): a flow alone with its data on a link those ACKs
+        crossed, and bound by that link (its frames and the ACKs filled it, as DCQCN at line rate),
+        gains the link time they took, up to the rate of a QP pacing its frames at line rate (each
+        frame's time in whole ns, as the device sends it); one paced below (DCQCN after a cut) gains
+        nothing. None if some gain is unknown: that link's data was shared, the flow is still in a
+        memoized transient, or the rates follow utilization (HPCC climbs to the freed capacity over
+        round trips, with its own overshoot: the same gains put gpt-bench-hpcc further from stock,
+        README)."""
         net = self.net
-        if not net.ack_frame_bytes or net.utilization_cc:
-            return None
-        acks = self.ports_of[self.conn_of[flow]].acks
         running = [f for f in frozen.rates if f not in frozen.done] + [flow]
+        data = {f: self.ports_of[self.conn_of[f]].data for f in running}
+        acks = {f: self.ports_of[self.conn_of[f]].acks for f in running}
+        # What the ACKs of `flow` took of a link, in payload bytes per ns of a flow sending on it.
+        gain = frozen.rates[flow] * net.ack_frame_bytes / net.acked_per_ack * net.payload_bytes \
+            / net.data_frame_bytes if net.ack_frame_bytes else 0.0
         gains = {}
         for other in running:
-            crossed = sorted(self.ports_of[self.conn_of[other]].data & acks)
+            crossed = sorted(data[other] & acks[flow])
             if other == flow or not crossed:
                 continue
-            if not frozen.steady_at(other, now):
+            if not net.ack_frame_bytes or net.utilization_cc or not frozen.steady_at(other, now):
                 return None
             for port in crossed:
-                if any(port in self.ports_of[self.conn_of[f]].data for f in running if f != other):
+                if any(port in data[f] for f in running if f != other):
                     return None
-                acked = sum(frozen.rates[f] for f in running if port in self.ports_of[self.conn_of[f]].acks)
+                acked = sum(frozen.rates[f] for f in running if port in acks[f])
                 wire = (frozen.rates[other] * net.data_frame_bytes / net.payload_bytes
                         + acked * net.ack_frame_bytes / net.acked_per_ack)
                 if wire >= LINK_BOUND * self.ports.rates[port]:
                     solo = net.payload_bytes / math.ceil(net.data_frame_bytes / self.ports.rates[port])
-                    gain = frozen.rates[flow] * net.ack_frame_bytes / net.acked_per_ack * net.payload_bytes \
-                        / net.data_frame_bytes
                     gains[other] = max(0.0, min(gain, solo - frozen.rates[other]))
                     break
         return gains

@@ -252,13 +252,12 @@ class Memo:
         from the start, and `progress`, its bytes delivered at times before), in memory and in the
         store, unless an isomorphic partition was recorded so meanwhile (several can form at once)."""
         episode = ends is not None
-        kind = "episode" if episode else "truncated" if truncated else "steady"
-        if any(record_kind(entry.record) == kind for entry, _ in self._matches(cg)):
-            self.stats.records_duplicate += 1
-            return
         record = MemoRecord(schema_version=SCHEMA_VERSION, fingerprint=self.fingerprint, graph_hash=cg.key,
                             transient_ns=transient_ns, producer=self.producer, truncated=truncated,
                             episode=episode)
+        if any(record_kind(entry.record) == record_kind(record) for entry, _ in self._matches(cg)):
+            self.stats.records_duplicate += 1
+            return
         for v, flow in enumerate(cg.flows):
             rec = record.flows.add(vertex=v, label=cg.graph.nodes[v]["label"],
                                    transient_bytes=transient_bytes[flow], steady_rate=rates[flow],
