@@ -92,10 +92,12 @@ class Frozen:
     vacant: dict[int, int] = field(default_factory=dict)    # connection -> its completed flow
     vacant_until: dict[int, int] = field(default_factory=dict)  # connection -> thaw unless filled by then
     # A vacant connection's ACKs no longer cross the links of flows bound by those links: each such
-    # flow runs faster by the link time they took (`boosts`) until the connection's next flow comes.
-    # A flow's rate changed at some time: the model's bytes then, its current rate since (`rebased`).
-    boosts: dict[int, dict[int, float]] = field(default_factory=dict)  # connection -> flow -> rate gained
-    rebased: dict[int, tuple[int, int]] = field(default_factory=dict)  # flow -> (ns, bytes delivered)
+    # flow runs faster by the link time they took (`boosts`: the rate gained and the link) until
+    # the connection's next flow's ACKs come back. A flow's rate changes at given times (`changes`:
+    # from when, how much is added), which may lie ahead: a link freed now shows in the deliveries
+    # of a flow crossing it one round trip later.
+    boosts: dict[int, dict[int, tuple[float, int]]] = field(default_factory=dict)  # connection -> flow -> (gain, port)
+    changes: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # flow -> [(ns, rate added)], in time order
     offset_ns: int = 0            # episode: how far into the recorded episode this freeze began
 
     @property
@@ -125,51 +127,54 @@ class Frozen:
         delivered = self._delivered(flow, self.since_ns + shift)
         return min(delivered, self.left[flow]) if flow in self.left else delivered
 
+    def _steady_from(self, flow: int) -> tuple[int, int]:
+        """When the model has `flow` deliver at its steady rate, and its bytes then: from the freeze,
+        from when it took over its connection, or after the memoized transient."""
+        if flow in self.joined:
+            return self.joined[flow], 0
+        if self.memo is None:
+            return self.since_ns, 0
+        return self.since_ns + self.memo.transient_ns, self.memo.bytes[flow]
+
     def _delivered(self, flow: int, at_ns: int) -> int:
         """Bytes the model has `flow` deliver from the freeze until `at_ns` (not an episode)."""
-        if flow in self.rebased:
-            since, delivered = self.rebased[flow]
-            return int(delivered + self.rates[flow] * max(0, at_ns - since))
-        shift = at_ns - self.since_ns
-        if flow in self.joined:
-            return int(self.rates[flow] * max(0, shift - (self.joined[flow] - self.since_ns)))
-        if self.memo is None:
-            return int(self.rates[flow] * shift)
-        t, size = self.memo.transient_ns, self.memo.bytes[flow]
-        if shift < t:                                       # interrupted during the transient
-            return size * shift // t
-        return size + int(self.rates[flow] * (shift - t))
+        start, delivered = self._steady_from(flow)
+        if at_ns < start:
+            if flow in self.joined:
+                return 0
+            shift, t = at_ns - self.since_ns, self.memo.transient_ns   # interrupted during the transient
+            return self.memo.bytes[flow] * max(0, shift) // t
+        return int(delivered + self.rates[flow] * (at_ns - start)
+                   + sum(added * (at_ns - t) for t, added in self.changes.get(flow, ()) if t < at_ns))
+
+    def rate_at(self, flow: int, at_ns: int) -> float:
+        """The model's rate of `flow` at `at_ns` (its steady one in a transient or before it joined)."""
+        return self.rates[flow] + sum(added for t, added in self.changes.get(flow, ()) if t <= at_ns)
 
     def steady_at(self, flow: int, now: int) -> bool:
         """Whether `flow` delivers at its steady rate now (not before it joined, nor in a transient)."""
-        if flow in self.rebased:
-            return True
-        if flow in self.joined:
-            return self.joined[flow] <= now
-        return self.memo is None or now - self.since_ns >= self.memo.transient_ns
+        return self._steady_from(flow)[0] <= now
 
-    def change_rate(self, flow: int, rate: float, now: int) -> None:
-        """`flow` delivers at `rate` from `now` on, or from when it joins (if later). Not in a
-        memoized transient (steady_at)."""
-        if flow not in self.rebased and self.joined.get(flow, -1) > now:
-            self.rates[flow] = rate
-            return
-        self.rebased[flow] = (now, self._delivered(flow, now))
-        self.rates[flow] = rate
+    def change_rate(self, flow: int, added: float, at_ns: int) -> None:
+        """`flow` delivers `added` bytes per ns more from `at_ns` on (not before it delivers steadily)."""
+        changes = self.changes.setdefault(flow, [])
+        changes.append((max(at_ns, self._steady_from(flow)[0]), added))
+        changes.sort()
 
     def end_ns(self, flow: int) -> int:
         """When the model has delivered the `left` bytes of `flow` (after any memoized transient:
         a hit needs flows that outlast it)."""
-        left, rate = self.left[flow], self.rates[flow]
-        if flow in self.rebased:
-            since, delivered = self.rebased[flow]
-            return since + math.ceil(max(0, left - delivered) / rate)
-        if flow in self.joined:
-            return self.joined[flow] + math.ceil(left / rate)
-        if self.memo is None:
-            return self.since_ns + math.ceil(left / rate)
-        t, size = self.memo.transient_ns, self.memo.bytes[flow]
-        return self.since_ns + t + math.ceil(max(0, left - size) / rate)
+        left = self.left[flow]
+        t, delivered = self._steady_from(flow)
+        rate = self.rates[flow]
+        for at, added in self.changes.get(flow, ()):
+            if at > t:
+                reached = delivered + rate * (at - t)
+                if reached >= left:
+                    break
+                t, delivered = at, reached
+            rate += added
+        return t + math.ceil(max(0, left - delivered) / rate)
 
 
 @dataclass
@@ -287,6 +292,7 @@ class FastForward:
         self.ports_of: dict[int, FlowPorts] = {}          # per connection: ports its data and ACKs leave by
         self.path_labels: dict[int, str] = {}             # per connection: its ports' labels in order
         self.lag_ns: dict[int, float] = {}                # per connection: how long its deliveries lag its sends
+        self.hops: dict[int, tuple[list, list]] = {}      # per connection: (port, ns) of its data, its ACK path
         self.next_check_ns = spec.tau * (spec.window + 1)
         self.stats = FastForwardStats()
         self._path_buf = np.zeros(256, dtype=np.uint32)
@@ -320,11 +326,15 @@ class FastForward:
             path = self.paths[conn] = frozenset(ordered) | frozenset(p ^ 1 for p in ordered)
             data = ordered[:len(ordered) // 2]            # the data path, then the ACK path (same hops)
             self.ports_of[conn] = FlowPorts(frozenset(data), frozenset(ordered[len(data):]))
+            # Per hop, a frame's serialization and propagation: a data frame's, an ACK's.
+            ack_ns = self.net.ack_frame_bytes
+            self.hops[conn] = ([(p, self.ports.delays[p]) for p in data],
+                               [(p, self.ports.propagation[p] + ack_ns / self.ports.rates[p])
+                                for p in ordered[len(data):]])
             # Delivered bytes count at the receiver (TCP), or at the sender when their ACK arrives
             # (RDMA: the QP's acknowledged bytes), one ACK path later.
-            acks = ordered[len(data):] if self.net.rdma else []
-            self.lag_ns[conn] = (sum(self.ports.delays[p] for p in data)
-                                 + sum(self.ports.propagation[p] for p in acks))
+            self.lag_ns[conn] = (self._to_sender(conn, data[0]) if self.net.rdma
+                                 else sum(self.ports.delays[p] for p in data))
             self.line_rate[conn] = self.ports.rates[ordered[0]]
             if self.memo is not None:
                 self.path_labels[conn] = ",".join(self.ports.labels[p] for p in ordered)
@@ -335,7 +345,7 @@ class FastForward:
             pid = next(iter(touched))
             frozen = self.state[pid].frozen
             if frozen is not None and conn in frozen.vacant:  # it takes over, still frozen
-                self._boost(frozen, frozen.boosts.pop(conn, {}), now, sign=-1)   # its ACKs are back
+                self._revoke(frozen, conn, now)   # its ACKs come back
                 self._take_over(frozen, frozen.fill_vacancy(conn), flow, now)
                 self.stats.control_s += time.perf_counter() - t0
                 return
@@ -579,9 +589,9 @@ class FastForward:
                     # Its last bytes are on the wire in the model, or were in flight since the
                     # freeze: they would arrive a lag late. It completes at its recorded time.
                     self.pending_ends[flow] = frozen.since_ns - frozen.offset_ns + memo.ends[flow]
-        for flow, rate in frozen.rates.items():
+        for flow in frozen.rates:
             conn = self.conn_of[flow]
-            self.thawed[flow] = (rate, now)
+            self.thawed[flow] = (frozen.rate_at(flow, now), now)
             # The stored congestion state is where the transient ends (an episode's flow: where it
             # completed): an interrupted transient, or an episode's flow still running, keeps the
             # state it had (the flow resumes its own ramp with the bytes it was credited).
@@ -615,7 +625,7 @@ class FastForward:
         frozen.left[flow] = self._left(flow)
         frozen.ends[flow] = end = frozen.end_ns(flow)
         tail = self.spec.margin + frozen.in_flight[self.conn_of[flow]]
-        frozen.checks[flow] = end - math.ceil(tail / frozen.rates[flow])
+        frozen.checks[flow] = end - math.ceil(tail / frozen.rate_at(flow, end))
 
     def _check_ends(self, pid: int, frozen: Frozen, now: int) -> None:
         """Flows `margin` bytes from the end of their sending. If their connection has a next flow
@@ -664,16 +674,20 @@ class FastForward:
                 if gains is None:
                     frozen.leave_vacant(conn, flow, now + self.spec.tau)
                 else:
-                    self._boost(frozen, gains, now)
+                    # The link is free from when the last ACK left it, and what the flow sends there
+                    # in the freed time reaches its sender's count one trip later.
+                    for other, (gain, port) in sorted(gains.items()):
+                        self._boost(frozen, other, gain, now - self._to_sender(conn, port)
+                                    + self._to_sender(self.conn_of[other], port), now)
                     frozen.boosts[conn] = gains
                     frozen.leave_vacant(conn, flow)
         self.stats.control_s += time.perf_counter() - t0
 
-    def _ack_gains(self, frozen: Frozen, flow: int, now: int) -> dict[int, float] | None:
+    def _ack_gains(self, frozen: Frozen, flow: int, now: int) -> dict[int, tuple[float, int]] | None:
         """How much faster each flow of `frozen` runs without the ACKs of `flow`, which completed
         (none if its ACKs crossed no one's data): a flow alone with its data on a link those ACKs
         crossed, and bound by that link (its frames and the ACKs filled it, as DCQCN at line rate),
-        gains the link time they took, up to the rate of a QP pacing its frames at line rate (each
+        gains the link time they took (the gain, and that link's port), up to the rate of a QP pacing its frames at line rate (each
         frame's time in whole ns, as the device sends it); one paced below (DCQCN after a cut) gains
         nothing. None if some gain is unknown: that link's data was shared, the flow is still in a
         memoized transient, or the rates follow utilization (HPCC climbs to the freed capacity over
@@ -683,8 +697,9 @@ class FastForward:
         running = [f for f in frozen.rates if f not in frozen.done] + [flow]
         data = {f: self.ports_of[self.conn_of[f]].data for f in running}
         acks = {f: self.ports_of[self.conn_of[f]].acks for f in running}
+        rates = {f: frozen.rate_at(f, NEVER) for f in running}   # with the changes to come
         # What the ACKs of `flow` took of a link, in payload bytes per ns of a flow sending on it.
-        gain = frozen.rates[flow] * net.ack_frame_bytes / net.acked_per_ack * net.payload_bytes \
+        gain = rates[flow] * net.ack_frame_bytes / net.acked_per_ack * net.payload_bytes \
             / net.data_frame_bytes if net.ack_frame_bytes else 0.0
         gains = {}
         for other in running:
@@ -696,23 +711,43 @@ class FastForward:
             for port in crossed:
                 if any(port in data[f] for f in running if f != other):
                     return None
-                acked = sum(frozen.rates[f] for f in running if port in acks[f])
-                wire = (frozen.rates[other] * net.data_frame_bytes / net.payload_bytes
+                acked = sum(rates[f] for f in running if port in acks[f])
+                wire = (rates[other] * net.data_frame_bytes / net.payload_bytes
                         + acked * net.ack_frame_bytes / net.acked_per_ack)
                 if wire >= LINK_BOUND * self.ports.rates[port]:
                     solo = net.payload_bytes / math.ceil(net.data_frame_bytes / self.ports.rates[port])
-                    gains[other] = max(0.0, min(gain, solo - frozen.rates[other]))
+                    gains[other] = (max(0.0, min(gain, solo - rates[other])), port)
                     break
         return gains
 
-    def _boost(self, frozen: Frozen, gains: dict[int, float], now: int, sign: int = 1) -> None:
-        """The flows of `gains` run faster by them from now (slower, sign -1): new computed ends. (A
-        completed one too: a successor filling its vacancy takes over its rate.)"""
-        for flow, gain in sorted(gains.items()):
-            if flow in frozen.rates:
-                frozen.change_rate(flow, frozen.rates[flow] + sign * gain, now)
-                if flow not in frozen.done:
-                    self._plan_end(frozen, flow)
+    def _boost(self, frozen: Frozen, flow: int, added: float, at_ns: float, now: int) -> None:
+        """`flow` runs faster by `added` (slower if negative) from `at_ns`, not before now: a new
+        computed end. (A completed flow too: a successor filling its vacancy takes over its rate.)"""
+        if flow in frozen.rates:
+            frozen.change_rate(flow, added, max(round(at_ns), now))
+            if flow not in frozen.done:
+                self._plan_end(frozen, flow)
+
+    def _revoke(self, frozen: Frozen, conn: int, now: int) -> None:
+        """The next flow of vacant `conn` started now: the flows it boosted lose their gains from
+        when its first ACK reaches their links, one trip to their senders later."""
+        for other, (gain, port) in sorted(frozen.boosts.pop(conn, {}).items()):
+            self._boost(frozen, other, -gain, now + self._from_start(conn, port)
+                        + self._to_sender(self.conn_of[other], port), now)
+
+    def _to_sender(self, conn: int, port: int) -> float:
+        """ns from a frame of `conn` starting out of `port` (on its data or ACK path) to its ACK
+        reaching the sender."""
+        data, acks = self.hops[conn]
+        ports = [p for p, _ in data + acks]
+        return sum(ns for _, ns in (data + acks)[ports.index(port):]) if port in ports else 0.0
+
+    def _from_start(self, conn: int, port: int) -> float:
+        """ns from `conn`'s first byte leaving the sender to its first ACK starting out of `port`
+        (on its ACK path)."""
+        data, acks = self.hops[conn]
+        ports = [p for p, _ in acks]
+        return sum(ns for _, ns in data) + sum(ns for _, ns in acks[:ports.index(port)])
 
     def _shed_completed(self, pid: int, now: int) -> None:
         """A flow starts on ports of a frozen episode, or the next flow of a completed one's
@@ -742,14 +777,20 @@ class FastForward:
         self.conn_of[successor] = conn
         self.head_since[successor] = now
         self.parts.add_flow(successor, self.paths[conn], self.parts.flow_hosts[flow])  # same ports
-        frozen.rates[successor] = frozen.rates[flow]
-        for gains in frozen.boosts.values():      # it inherits the predecessor's rate with its gains
+        # Its deliveries (acknowledged bytes) follow its predecessor's without a gap if it was queued
+        # before the predecessor's last bytes left; else they start one lag after it started. (At
+        # its steady rate through the ACKs' arrivals they would start one ACK's bytes before its
+        # first ACK, but its first frames and ACKs also wait behind the others' at the links they
+        # share: on a vacancy's next flow, the lag alone came out closer to stock, 28-40 ns early
+        # against 115-127.)
+        started = int(self.net.flows.GetTable().GetStartNs(successor))
+        joined = frozen.joined[successor] = max(now, started + math.ceil(self.lag_ns[conn]))
+        # It inherits the predecessor's rate and its changes to come, with its gains.
+        frozen.rates[successor] = frozen.rate_at(flow, joined)
+        frozen.changes[successor] = [(t, added) for t, added in frozen.changes.get(flow, ()) if t > joined]
+        for gains in frozen.boosts.values():
             if flow in gains:
                 gains[successor] = gains.pop(flow)
-        # Its deliveries (acknowledged bytes) follow its predecessor's without a gap if it was queued
-        # before the predecessor's last bytes left; else they start one lag after it started.
-        started = int(self.net.flows.GetTable().GetStartNs(successor))
-        frozen.joined[successor] = max(now, started + math.ceil(self.lag_ns[conn]))
         self._plan_end(frozen, successor)
         frozen.order[conn].append(successor)
         self.stats.handovers += 1
