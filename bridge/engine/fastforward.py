@@ -778,13 +778,15 @@ class FastForward:
         self.head_since[successor] = now
         self.parts.add_flow(successor, self.paths[conn], self.parts.flow_hosts[flow])  # same ports
         # Its deliveries (acknowledged bytes) follow its predecessor's without a gap if it was queued
-        # before the predecessor's last bytes left; else they start one lag after it started. (At
-        # its steady rate through the ACKs' arrivals they would start one ACK's bytes before its
-        # first ACK, but its first frames and ACKs also wait behind the others' at the links they
-        # share: on a vacancy's next flow, the lag alone came out closer to stock, 28-40 ns early
-        # against 115-127.)
+        # before the predecessor's last bytes left. Else its first ACK comes one lag after it
+        # started, later by half a data frame at each link of its ACK path that others' data keeps
+        # busy (it waits for the frame on the wire); at its steady rate through the ACKs' arrivals,
+        # its deliveries start one ACK's bytes before the first.
         started = int(self.net.flows.GetTable().GetStartNs(successor))
-        joined = frozen.joined[successor] = max(now, started + math.ceil(self.lag_ns[conn]))
+        busy = set().union(*self._others_data(frozen, flow)) & self.ports_of[conn].acks
+        waits = sum(self.net.data_frame_bytes / 2 / self.ports.rates[p] for p in busy)
+        first = self.lag_ns[conn] + waits - self.net.acked_per_ack / frozen.rate_at(flow, now)
+        joined = frozen.joined[successor] = max(now, started + math.ceil(first))
         # It inherits the predecessor's rate and its changes to come, with its gains.
         frozen.rates[successor] = frozen.rate_at(flow, joined)
         frozen.changes[successor] = [(t, added) for t, added in frozen.changes.get(flow, ()) if t > joined]
