@@ -687,9 +687,9 @@ class FastForward:
         """How much faster each flow of `frozen` runs without the ACKs of `flow`, which completed
         (none if its ACKs crossed no one's data): a flow alone with its data on a link those ACKs
         crossed, and bound by that link (its frames and the ACKs filled it, as DCQCN at line rate),
-        gains the link time they took (the gain, and that link's port), up to the rate of a QP pacing its frames at line rate (each
+        gains the link time they took, up to the rate of a QP pacing its frames at line rate (each
         frame's time in whole ns, as the device sends it); one paced below (DCQCN after a cut) gains
-        nothing. None if some gain is unknown: that link's data was shared, the flow is still in a
+        nothing. Each gain comes with the port of that link. None if some gain is unknown: that link's data was shared, the flow is still in a
         memoized transient, or the rates follow utilization (HPCC climbs to the freed capacity over
         round trips, with its own overshoot: the same gains put gpt-bench-hpcc further from stock,
         README)."""
@@ -738,16 +738,14 @@ class FastForward:
     def _to_sender(self, conn: int, port: int) -> float:
         """ns from a frame of `conn` starting out of `port` (on its data or ACK path) to its ACK
         reaching the sender."""
-        data, acks = self.hops[conn]
-        ports = [p for p, _ in data + acks]
-        return sum(ns for _, ns in (data + acks)[ports.index(port):]) if port in ports else 0.0
+        hops = self.hops[conn][0] + self.hops[conn][1]
+        return sum(ns for _, ns in hops[[p for p, _ in hops].index(port):])
 
     def _from_start(self, conn: int, port: int) -> float:
         """ns from `conn`'s first byte leaving the sender to its first ACK starting out of `port`
         (on its ACK path)."""
         data, acks = self.hops[conn]
-        ports = [p for p, _ in acks]
-        return sum(ns for _, ns in data) + sum(ns for _, ns in acks[:ports.index(port)])
+        return sum(ns for _, ns in data) + sum(ns for _, ns in acks[:[p for p, _ in acks].index(port)])
 
     def _shed_completed(self, pid: int, now: int) -> None:
         """A flow starts on ports of a frozen episode, or the next flow of a completed one's
