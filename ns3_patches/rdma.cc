@@ -4,7 +4,6 @@
 #include "ns3/network-module.h"
 #include "ns3/point-to-point-module.h"
 #include "ns3/ppp-header.h"
-#include "ns3/tag.h"
 
 #include <algorithm>
 #include <cmath>
@@ -120,49 +119,13 @@ class RdmaHeader : public Header
     }
 };
 
-/// HPCC in-band telemetry: one record per switch egress, stamped at the dequeue instant. Carried as
-/// a packet tag; its bytes on the wire are part of the header's padding.
-class IntTag : public Tag
+/// HPCC in-band telemetry: one record per switch egress, stamped at the dequeue instant. Kept by
+/// the fabric per packet uid while the packet is in flight (its bytes on the wire are part of the
+/// header's padding): a packet tag would be serialized and copied at every hop.
+struct IntStack
 {
-  public:
     uint32_t nHops = 0;
     RdmaQp::Hop hops[MAX_INT_HOPS];
-
-    static TypeId GetTypeId()
-    {
-        static TypeId tid = TypeId("wormhole::IntTag").SetParent<Tag>().AddConstructor<IntTag>();
-        return tid;
-    }
-
-    TypeId GetInstanceTypeId() const override { return GetTypeId(); }
-
-    uint32_t GetSerializedSize() const override { return 4 + nHops * 32; }
-
-    void Serialize(TagBuffer buf) const override
-    {
-        buf.WriteU32(nHops);
-        for (uint32_t i = 0; i < nHops; i++)
-        {
-            buf.WriteU64(hops[i].timeNs);
-            buf.WriteU64(hops[i].txBytes);
-            buf.WriteU64(hops[i].qlen);
-            buf.WriteU64(hops[i].rateBps);
-        }
-    }
-
-    void Deserialize(TagBuffer buf) override
-    {
-        nHops = buf.ReadU32();
-        for (uint32_t i = 0; i < nHops; i++)
-        {
-            hops[i].timeNs = buf.ReadU64();
-            hops[i].txBytes = buf.ReadU64();
-            hops[i].qlen = buf.ReadU64();
-            hops[i].rateBps = buf.ReadU64();
-        }
-    }
-
-    void Print(std::ostream& os) const override { os << "int hops=" << nHops; }
 };
 
 uint32_t
@@ -335,6 +298,7 @@ class RdmaFabric
     uint64_t pfcFrames = 0;
     uint64_t drops = 0;
     uint64_t lost = 0;
+    std::unordered_map<uint64_t, IntStack> telemetry; //!< HPCC: per packet uid in flight
     uint64_t ecnMarks = 0;
     std::vector<PfcEvent> pfcLog;
 
@@ -393,6 +357,7 @@ class RdmaFabric
     // NIC
     RdmaQp* OpenQp(uint32_t src, uint32_t dst);
     void HostReceive(uint32_t port, Ptr<Packet> p, const RdmaHeader& h);
+    void LinkLoss(Ptr<const Packet> p);
     void ReceiveData(uint32_t port, Ptr<Packet> p, const RdmaHeader& h);
     void ReceiveAck(Ptr<Packet> p, const RdmaHeader& h);
     void SendControl(uint32_t port, const RdmaHeader& data, uint8_t type, uint64_t seq, bool cnp, Ptr<Packet> dataPacket);
@@ -499,9 +464,7 @@ RdmaFabric::Build(uint32_t nNodes,
                 em->SetRate(cfg.errorRatePerLink);
                 em->AssignStreams(int64_t(p) * 2 + 100000);
                 port.dev->SetReceiveErrorModel(em);
-                port.dev->TraceConnectWithoutContext(
-                    "PhyRxDrop",
-                    MakeBoundCallback(+[](uint64_t* n, Ptr<const Packet>) { ++*n; }, &lost));
+                port.dev->TraceConnectWithoutContext("PhyRxDrop", MakeCallback(&RdmaFabric::LinkLoss, this));
             }
             portOfDevice[PeekPointer(port.dev)] = p;
             nodePorts[port.node].push_back(p);
@@ -729,6 +692,7 @@ RdmaFabric::Forward(uint32_t inPort, Ptr<Packet> p, const RdmaHeader& h)
         if (size + in.hdrm[cls] > in.headroom && size + shared > PfcThreshold(inPort))
         {
             drops++;
+            telemetry.erase(p->GetUid());
             return;
         }
         uint64_t after = in.ingress[cls] + size;
@@ -836,13 +800,11 @@ RdmaFabric::SwitchDequeue(uint32_t port)
             }
             if (cfg.ccMode == 3)
             {
-                IntTag tag;
-                p->RemovePacketTag(tag);
-                if (tag.nHops < MAX_INT_HOPS)
+                IntStack& stack = telemetry[p->GetUid()];
+                if (stack.nHops < MAX_INT_HOPS)
                 {
-                    tag.hops[tag.nHops++] = {Simulator::Now().GetNanoSeconds(), out.txBytes, q.bytes, out.rateBps};
+                    stack.hops[stack.nHops++] = {Simulator::Now().GetNanoSeconds(), out.txBytes, q.bytes, out.rateBps};
                 }
-                p->AddPacketTag(tag);
             }
         }
 
@@ -1017,7 +979,7 @@ RdmaFabric::MakeData(RdmaQp* qp)
     p->AddHeader(h);
     if (cfg.ccMode == 3)
     {
-        p->AddPacketTag(IntTag());
+        telemetry[p->GetUid()] = IntStack();
     }
     PppHeader ppp;
     ppp.SetProtocol(PPP_IPV4);
@@ -1114,6 +1076,17 @@ RdmaFabric::HostReceive(uint32_t port, Ptr<Packet> p, const RdmaHeader& h)
     {
         ReceiveAck(p, h);
     }
+    if (cfg.ccMode == 3)
+    {
+        telemetry.erase(p->GetUid()); // it has arrived: its telemetry was read or copied
+    }
+}
+
+void
+RdmaFabric::LinkLoss(Ptr<const Packet> p)
+{
+    lost++;
+    telemetry.erase(p->GetUid());
 }
 
 void
@@ -1169,9 +1142,7 @@ RdmaFabric::SendControl(uint32_t port, const RdmaHeader& data, uint8_t type, uin
     p->AddHeader(h);
     if (cfg.ccMode == 3)
     {
-        IntTag tag;
-        dataPacket->PeekPacketTag(tag);
-        p->AddPacketTag(tag);
+        telemetry[p->GetUid()] = telemetry[dataPacket->GetUid()];
     }
     // ACKs leave on the port the data came in on (one NIC port per host in the reference).
     Enqueue(port, cfg.ackHighPrio ? 0 : cfg.dataClass, p, port);
@@ -1349,11 +1320,12 @@ RdmaFabric::ChangeRate(RdmaQp* qp, double rate)
 void
 RdmaFabric::HpccAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h)
 {
-    IntTag tag;
-    if (!p->PeekPacketTag(tag))
+    auto found = telemetry.find(p->GetUid());
+    if (found == telemetry.end())
     {
         return;
     }
+    const IntStack& tag = found->second;
     if (qp->lastUpdateSeq == 0)
     {
         // First RTT: only remember the telemetry.
