@@ -167,7 +167,7 @@ def test_a_rings_steps_hand_over_frozen_without_drifting_late(tmp_path):
     # QP between two steps is vacant for ~4 us, but the link its ACKs crossed is free for a round
     # trip longer (from its last ACK there to its next flow's first), and the flow it frees
     # delivers that one trip later. Timed from the flow ends alone, each step came out ~150 ns
-    # late, 974 ns by the last; now the largest error is 296 ns.
+    # late, 974 ns by the last; now the largest error is 246 ns.
     data = {"name": "ring", "seed": 1,
             "topology": {"kind": "roft", "servers": 4, "gpus_per_server": 1, "servers_per_leaf": 2,
                          "spines": 2, "host_link": LINK, "fabric_link": LINK},
