@@ -27,6 +27,11 @@ def _add_accel_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --accel: --no-memo fast-forwards steady states only (ablation)")
     parser.add_argument("--cache", type=Path, help="memo store file (default: $WORMHOLE_CACHE, "
                         "else ~/.cache/wormhole/memo.whdb)")
+    _add_engine_settings(parser)
+
+
+def _add_engine_settings(parser: argparse.ArgumentParser) -> None:
+    """The accelerated run's settings over the scenario's `accel` block (run and validate)."""
     parser.add_argument("--theta", type=float, help="steady threshold on (max-min)/mean of a flow's rate")
     parser.add_argument("--window", type=int, help="steady window: number of rate samples (l)")
     parser.add_argument("--tau", type=_time_ns, help="rate sample period, e.g. 10us")
@@ -223,17 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--memo", action=argparse.BooleanOptionalAction, default=True,
                           help="--no-memo: the accelerated run fast-forwards steady states only (ablation)")
     validate.add_argument("--cache", type=Path, help="memo store file for the accelerated run")
-    validate.add_argument("--theta", type=float, help="steady threshold of the accelerated run")
-    validate.add_argument("--window", type=int, help="steady window of the accelerated run")
-    validate.add_argument("--tau", type=_time_ns, help="rate sample period of the accelerated run")
-    validate.add_argument("--coarse", type=int, help="samples per block of the accelerated run's coarse "
-                          "steady scale (HPCC's only scale)")
-    validate.add_argument("--flow-ends", choices=["computed", "simulated"],
-                          help="RDMA, accelerated run: flows complete inside frozen partitions at their "
-                          "computed time (default), or each flow's end is simulated")
-    validate.add_argument("--episodes", action=argparse.BooleanOptionalAction,
-                          help="RDMA, accelerated run: --no-episodes simulates every partition of short "
-                          "flows (ablation)")
+    _add_engine_settings(validate)
     # Testing: compare stock against stock on another seed instead of the accelerated run.
     validate.add_argument("--against-seed", type=int, help=argparse.SUPPRESS)
     validate.set_defaults(handler=_validate)
