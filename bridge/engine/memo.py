@@ -5,8 +5,8 @@ flow conflict graph is built: a vertex per flow, labelled by the flow's rate at 
 (quantized relative to its first link's rate) and by the rates and delays of the ports on its data
 and ACK paths; an edge between flows that share links, weighted by how many, and by how many of
 those carry both flows' data the same way or one's data against the other's ACKs. A canonical
-hash of the labelled graph finds candidate records, weighted isomorphism (networkx VF2) confirms
-one and maps its stored flows onto the current flows.
+form of the labelled graph (nauty, through pynauty) finds the records of isomorphic partitions, and
+the two graphs' canonical orders map the stored flows onto the current flows.
 
 A record holds what the partition did from forming until it turned steady: the time it took
 (T_conv), the bytes each flow delivered meanwhile, each flow's steady rate and its congestion
@@ -33,22 +33,21 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-import networkx as nx
 import numpy as np
-from networkx.algorithms.isomorphism import GraphMatcher
+import pynauty
 
 from cache_store import SCHEMA_VERSION, CacheError, MemoStore, format_problem, record_id, record_kind
 from cache_store.memo_pb2 import MemoRecord
 
 from ..errors import CacheFileError
 
-WL_ITERATIONS = 3
 # Part of every fingerprint: bump it when what a record means changes, so that old records are
 # never applied with the new meaning (2: transient bytes include those on the wire at the end;
 # 3: steady rates are the mean of the window's newer blocks, no longer the median block;
 # 4: edges tell competing data from flows crossing in opposite directions; 5: truncated records;
-# 6: steady rates are timed between the arrivals of the window's first and last bytes).
-RECORD_MODEL = 6
+# 6: steady rates are timed between the arrivals of the window's first and last bytes;
+# 7: graphs are keyed by their canonical form, no longer by a Weisfeiler-Lehman hash).
+RECORD_MODEL = 7
 
 
 def default_cache_path() -> Path:
@@ -97,7 +96,7 @@ class ConflictGraph:
     flows' data compete (c), and on how many one flow's data meets the other's ACKs (x). Flows
     that only cross in opposite directions share links but not bandwidth, and must not match a
     record of flows that compete (4 pipeline flows on 4 spines share each other's ACK links).
-    The graph and its canonical hash are built when first needed: a lookup needs them only if
+    The edges and the canonical form are built when first needed: a lookup needs them only if
     some record has the same vertex labels, a watched partition only when it is recorded."""
 
     def __init__(self, flows: list[int], ports: dict[int, FlowPorts], labels: dict[int, str]):
@@ -112,27 +111,65 @@ class ConflictGraph:
         return tuple(zip(self.labels, self._ports))
 
     @cached_property
-    def graph(self) -> nx.Graph:
-        graph = nx.Graph()
-        for v, label in enumerate(self.labels):
-            graph.add_node(v, label=label)
+    def edges(self) -> dict[tuple[int, int], tuple[int, int, int]]:
+        """(a, b) with a < b -> (w, c, x)."""
         users: dict[int, list[int]] = {}
         for v, ports in enumerate(self._ports):
             for link in ports.links:
                 users.setdefault(link, []).append(v)
         pairs = {(a, b) for vs in users.values() for i, a in enumerate(vs) for b in vs[i + 1:]}  # a < b
+        edges = {}
         for a, b in sorted(pairs):
             pa, pb = self._ports[a], self._ports[b]
-            _add_edge(graph, a, b, len(pa.links & pb.links), len(pa.data & pb.data),
-                      len(pa.data & pb.acks) + len(pa.acks & pb.data))
-        return graph
+            edges[a, b] = (len(pa.links & pb.links), len(pa.data & pb.data),
+                           len(pa.data & pb.acks) + len(pa.acks & pb.data))
+        return edges
 
     @cached_property
+    def canonical(self) -> CanonicalForm:
+        return canonical_form(self.labels, self.edges)
+
+    @property
     def key(self) -> str:
-        """Canonical hash: equal for isomorphic graphs."""
-        key = nx.weisfeiler_lehman_graph_hash(self.graph, node_attr="label", edge_attr="wcx",
-                                              iterations=WL_ITERATIONS)
-        return f"{len(self.flows)}:{self.graph.number_of_edges()}:{key}"
+        """Equal for isomorphic graphs (labels and edge weights kept), and only for them."""
+        return self.canonical.key
+
+
+@dataclass(frozen=True)
+class CanonicalForm:
+    key: str                      # equal exactly for isomorphic graphs
+    order: tuple[int, ...]        # order[i]: the vertex at canonical position i
+
+    def mapping_onto(self, other: CanonicalForm) -> dict[int, int]:
+        """Each vertex of this graph -> the vertex of an isomorphic `other` in its place."""
+        return dict(zip(self.order, other.order))
+
+
+def canonical_form(labels: list[str], edges: dict[tuple[int, int], tuple[int, int, int]]) -> CanonicalForm:
+    """nauty's canonical form of a vertex- and edge-labelled graph. nauty colours vertices, not
+    edges, so the graph is stacked in layers, one per bit of an edge kind's number: an edge of
+    kind k joins its vertices' copies in each layer whose bit of k is set, and each vertex's
+    copies are chained across the layers. The key hashes the canonical adjacency with the label
+    and kind lists it was built from."""
+    n = len(labels)
+    kinds = sorted(set(edges.values()))
+    number = {kind: i + 1 for i, kind in enumerate(kinds)}
+    layers = max(1, len(kinds).bit_length())
+    adjacency: dict[int, list[int]] = {v: [] for v in range(n * layers)}
+    for (a, b), kind in edges.items():
+        for layer in range(layers):
+            if number[kind] >> layer & 1:
+                adjacency[layer * n + a].append(layer * n + b)
+    for layer in range(layers - 1):
+        for v in range(n):
+            adjacency[layer * n + v].append((layer + 1) * n + v)
+    names = sorted(set(labels))
+    cells = [{layer * n + v for v in range(n) if labels[v] == name} for layer in range(layers) for name in names]
+    graph = pynauty.Graph(n * layers, adjacency_dict=adjacency, vertex_coloring=cells)
+    digest = hashlib.sha256(json.dumps([[(name, labels.count(name)) for name in names], kinds]).encode())
+    digest.update(pynauty.certificate(graph))
+    order = tuple(v for v in pynauty.canon_label(graph) if v < n)   # the first layer's places
+    return CanonicalForm(f"{n}:{len(edges)}:{digest.hexdigest()[:32]}", order)
 
 
 @dataclass
@@ -176,7 +213,7 @@ class MemoStats:
 class _Entry:
     rid: str
     record: MemoRecord
-    graph: nx.Graph | None = None
+    canonical: CanonicalForm | None = None
 
 
 class Memo:
@@ -229,16 +266,16 @@ class Memo:
 
     def _matches(self, cg: ConflictGraph) -> list[tuple[_Entry, dict[int, int]]]:
         """Per kind (steady, truncated, episode), the isomorphic record with the smallest id and its
-        mapping."""
+        mapping. A record's own canonical form is computed again, so one written with a wrong key
+        is never applied."""
         found: dict[str, tuple[_Entry, dict[int, int]]] = {}
         for entry in self.index.get(cg.key, ()):
             if record_kind(entry.record) in found:
                 continue
-            if entry.graph is None:
-                entry.graph = _stored_graph(entry.record)
-            matcher = GraphMatcher(cg.graph, entry.graph, node_match=_same_label, edge_match=_same_weight)
-            if matcher.is_isomorphic():
-                found[record_kind(entry.record)] = (entry, matcher.mapping)
+            if entry.canonical is None:
+                entry.canonical = _stored_canonical(entry.record)
+            if entry.canonical.key == cg.key:
+                found[record_kind(entry.record)] = (entry, cg.canonical.mapping_onto(entry.canonical))
                 if len(found) == len(_KINDS):
                     break
         return list(found.values())
@@ -259,16 +296,16 @@ class Memo:
             self.stats.records_duplicate += 1
             return
         for v, flow in enumerate(cg.flows):
-            rec = record.flows.add(vertex=v, label=cg.graph.nodes[v]["label"],
+            rec = record.flows.add(vertex=v, label=cg.labels[v],
                                    transient_bytes=transient_bytes[flow], steady_rate=rates[flow],
                                    end_ns=ends[flow] if episode else 0)
             rec.transport_state.update(states.get(flow, {}))
             times, sizes = (progress or {}).get(flow, ([], []))
             rec.progress_ns.extend(times)
             rec.progress_bytes.extend(sizes)
-        for a, b, e in sorted(cg.graph.edges(data=True)):
-            record.edges.add(a=a, b=b, weight=e["w"], contended=e["c"], data_ack=e["x"])
-        self._add(record, graph=cg.graph)
+        for (a, b), (w, c, x) in sorted(cg.edges.items()):
+            record.edges.add(a=a, b=b, weight=w, contended=c, data_ack=x)
+        self._add(record, canonical=cg.canonical)
         self.stats.records_written += 1
         self.stats.records_truncated += truncated
         self.stats.records_episode += episode
@@ -279,13 +316,13 @@ class Memo:
                 self._warn(f"{e}; records of this run are kept in memory only")
                 self.store = None
 
-    def _add(self, record: MemoRecord, graph: nx.Graph | None = None) -> None:
+    def _add(self, record: MemoRecord, canonical: CanonicalForm | None = None) -> None:
         labels = tuple(sorted(f.label for f in record.flows))
         self.label_sets.add(labels)
         for layout in [layout for layout, (known, _) in self.found.items() if known == labels]:
             del self.found[layout]
         entries = self.index.setdefault(record.graph_hash, [])
-        entries.append(_Entry(record_id(record), record, graph))
+        entries.append(_Entry(record_id(record), record, canonical))
         entries.sort(key=lambda e: e.rid)
 
     def _warn(self, message: str) -> None:
@@ -303,6 +340,8 @@ def _inconsistency(record: MemoRecord) -> str | None:
         return "its flows are not vertices 0..n-1"
     if any(not (e.a < len(vertices) and e.b < len(vertices)) for e in record.edges):
         return "an edge names a vertex it does not have"
+    if any(e.a == e.b for e in record.edges):
+        return "an edge joins a vertex to itself"
     for f in record.flows:
         if len(f.progress_ns) != len(f.progress_bytes):
             return f"flow {f.vertex} has {len(f.progress_ns)} progress times but {len(f.progress_bytes)} sizes"
@@ -311,25 +350,10 @@ def _inconsistency(record: MemoRecord) -> str | None:
     return None
 
 
-def _same_label(a: dict, b: dict) -> bool:
-    return a["label"] == b["label"]
-
-
-def _same_weight(a: dict, b: dict) -> bool:
-    return a["wcx"] == b["wcx"]
-
-
-def _add_edge(graph: nx.Graph, a: int, b: int, w: int, c: int, x: int) -> None:
-    graph.add_edge(a, b, w=w, c=c, x=x, wcx=f"{w}/{c}/{x}")  # wcx: one attribute to hash and match
-
-
-def _stored_graph(record: MemoRecord) -> nx.Graph:
-    graph = nx.Graph()
-    for f in record.flows:
-        graph.add_node(f.vertex, label=f.label)
-    for e in record.edges:
-        _add_edge(graph, e.a, e.b, e.weight, e.contended, e.data_ack)
-    return graph
+def _stored_canonical(record: MemoRecord) -> CanonicalForm:
+    labels = [f.label for f in sorted(record.flows, key=lambda f: f.vertex)]
+    return canonical_form(labels, {(min(e.a, e.b), max(e.a, e.b)): (e.weight, e.contended, e.data_ack)
+                                   for e in record.edges})
 
 
 def _mapped(record: MemoRecord, cg: ConflictGraph, mapping: dict[int, int]) -> Transient:
