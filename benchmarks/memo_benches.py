@@ -2,6 +2,7 @@
 
     python benchmarks/memo_benches.py --out out/memo [names ...]
     python benchmarks/memo_benches.py --out out/memo --scaling gpt-bench
+    python benchmarks/memo_benches.py --out out/memo --floors [MAX_NS] gpt-bench
 
 For each scenario, one after the other in this invocation (ratios of runs made under the same
 conditions): a stock run; the accelerated run without memo (`--no-memo`, the paper's steady-only
@@ -17,6 +18,12 @@ Writes OUT/results.json.
 --scaling runs the accelerated engine (cold store each) on 1 and on 3 training iterations of each
 scenario: with memo, later iterations reuse the first one's transients, so the cost grows
 sub-linearly (3 iterations should cost less than 1.5x one).
+
+--floors runs stock three times per scenario: as is, with the first flow released 1 ns later
+(nudge floor), and with each flow released a draw of 0..MAX_NS ns later (jitter floor, 100 ns by
+default: about the timing error of the engine's computed ends), and prints how far the two
+perturbed runs move FCTs and iteration times: errors below these are within the simulator's own
+sensitivity.
 """
 
 from __future__ import annotations
@@ -90,13 +97,38 @@ def scaling(name: str, out: Path) -> dict:
             "ratio": loops[3] / loops[1], "events_ratio": events[3] / events[1]}
 
 
+def floors(name: str, out: Path, jitter_ns: int) -> dict:
+    scenario = ROOT / "scenarios" / f"{name}.yaml"
+    stock = api.run(scenario, out / name / "stock")
+    row = {"scenario": name, "jitter_ns": jitter_ns}
+    for floor, options in (("nudge", {"nudge_ns": 1}), ("jitter", {"jitter_ns": jitter_ns})):
+        c = compare(stock, api.run(scenario, out / name / f"stock-{floor}", **options))
+        row[floor] = {"fct_error": c["fct_error"], "iteration_error_max": c["iteration_error_max"]}
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", default=BENCHES)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--scaling", action="store_true", help="1 vs 3 iterations, accelerated only")
+    parser.add_argument("--floors", type=int, nargs="?", const=100, metavar="MAX_NS",
+                        help="stock against stock nudged by 1 ns and jittered by 0..MAX_NS per flow")
     args = parser.parse_args()
     build_library()  # a changed patch compiles here, not inside the first timed run
+    if args.floors is not None:
+        print(f"| scenario | nudge floor: FCT mean / p99, iteration | jitter floor (0-{args.floors} ns): "
+              "FCT mean / p99, iteration |")
+        print("|---|---|---|")
+        rows = []
+        for name in args.names:
+            r = floors(name, args.out, args.floors)
+            rows.append(r)
+            print(f"| {name} | " + " | ".join(
+                f"{_pct(f['fct_error']['mean'])} / {_pct(f['fct_error']['p99'])}, {_pct(f['iteration_error_max'])}"
+                for f in (r["nudge"], r["jitter"])) + " |", flush=True)
+        (args.out / "floors.json").write_text(json.dumps(rows, indent=2) + "\n")
+        return
     if args.scaling:
         print("| scenario | accel loop s, 1 iteration | accel loop s, 3 iterations | ratio | events ratio |")
         print("|---|---|---|---|---|")

@@ -125,7 +125,7 @@ def _validate(args: argparse.Namespace) -> int:
                            sim=f"{p['sim_ns'] / 1e3:,.1f} us")
 
         result = validate(scenario, args.out, seed=args.seed, noise_floor=args.noise_floor,
-                          nudge_floor=args.nudge_floor,
+                          nudge_floor=args.nudge_floor, jitter_floor_ns=args.jitter_floor,
                           candidate_accel=args.against_seed is None, candidate_seed=args.against_seed,
                           memo=args.memo, cache=args.cache, accel_overrides=_accel_overrides(args), timeout_s=args.timeout, progress=progress)
     console.print(console_table(result))
@@ -222,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="also run stock on seed + 1: the error the seed alone causes")
     validate.add_argument("--nudge-floor", action="store_true",
                           help="also run stock with the first flow 1 ns later: how chaotic the scenario is")
+    validate.add_argument("--jitter-floor", type=_time_ns, nargs="?", const=100, metavar="MAX",
+                          help="also run stock with each flow starting 0..MAX later (default 100ns, drawn "
+                               "from the seed): how far timing errors as small as the engine's move the results")
     validate.add_argument("--seed", type=int, help="override the scenario's seed (both runs)")
     validate.add_argument("--timeout", type=float, help="wall-clock limit per run, in seconds")
     validate.add_argument("--quiet", action="store_true", help="no progress bars")

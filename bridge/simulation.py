@@ -44,6 +44,7 @@ class RunOptions:
     memo: bool = True              # --no-memo ablation when False
     cache: str | None = None       # memo store file; None: default_cache_path()
     nudge_ns: int = 0              # delay the first flow released by this much (validate's nudge floor)
+    jitter_ns: int = 0             # delay each flow released by 0..jitter_ns, drawn from the seed (jitter floor)
 
 
 def build_workload(scenario: Scenario, topology: Topology) -> Workload:
@@ -85,7 +86,8 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
                          port_properties(topology, scenario.transport.mtu))
     build_s = time.perf_counter() - t_build
     stop = options.stop_time_ns or scenario.stop_time or DEFAULT_STOP_TIME_NS
-    run = Executor(workload, net, stop, progress, fast_forward=ff, nudge_ns=options.nudge_ns).run()
+    run = Executor(workload, net, stop, progress, fast_forward=ff, nudge_ns=options.nudge_ns,
+                   jitter_ns=options.jitter_ns, jitter_seed=seed).run()
 
     if net.rdma:
         ideal = RdmaIdealFct(topology, segment_size(scenario.transport))
@@ -102,6 +104,7 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
         "seed": seed,
         "mode": _mode(options),
         **({"nudge_ns": options.nudge_ns} if options.nudge_ns else {}),
+        **({"jitter_ns": options.jitter_ns} if options.jitter_ns else {}),
         "flows": len(flows),
         "flows_finished": int((flows.end_ns >= 0).sum()),
         "bytes": int(flows.size_bytes.sum()),
@@ -187,7 +190,8 @@ def _child(payload: dict, progress: Callable[[dict], None]) -> dict:
     options = RunOptions(seed=payload.get("seed"), stop_time_ns=payload.get("stop_time_ns"),
                          accel=payload.get("accel", False), fast_forward=payload.get("fast_forward", True),
                          accel_overrides=payload.get("accel_overrides"), memo=payload.get("memo", True),
-                         cache=payload.get("cache"), nudge_ns=payload.get("nudge_ns", 0))
+                         cache=payload.get("cache"), nudge_ns=payload.get("nudge_ns", 0),
+                         jitter_ns=payload.get("jitter_ns", 0))
     return simulate(scenario, Path(payload["out"]), options,
                     lambda now, done, total: progress({"sim_ns": now, "flows_done": done, "flows": total}))
 

@@ -5,6 +5,7 @@ Layout of the output folder:
     accel/                 the candidate run: accelerated, or stock-seed<N>/ when testing against a seed
     stock-seed<N>/         with noise_floor: stock again on seed + 1
     stock-nudged/          with nudge_floor: stock again with the first flow released 1 ns later
+    stock-jittered/        with jitter_floor_ns: stock again with each flow released 0..jitter_floor_ns later
     validation.json        metrics and both summaries (bridge.report.validation.compare)
     report.md              the human-readable report, linking the PNGs below
     fct_scatter.png, fct_error_cdf.png, timeline.png
@@ -25,7 +26,7 @@ import pandas as pd
 from . import api
 from .ns3.patches import build_library
 from .report import plots
-from .report.validation import FLOORS, compare, fct_errors, render_markdown, within_noise_floor
+from .report.validation import compare, fct_errors, floors, render_markdown, within_noise_floor
 from .report.validation import noise_floor as noise_floor_of  # `noise_floor` is validate()'s flag
 from .scenario import Scenario
 
@@ -49,20 +50,22 @@ def machine() -> dict:
 
 
 def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int | None = None,
-             noise_floor: bool = False, nudge_floor: bool = False, candidate_accel: bool = True,
+             noise_floor: bool = False, nudge_floor: bool = False, jitter_floor_ns: int | None = None,
+             candidate_accel: bool = True,
              candidate_seed: int | None = None,
              memo: bool = True, cache: str | Path | None = None, accel_overrides: dict | None = None,
              timeout_s: float | None = None, progress: Callable[[str, dict | None], None] | None = None) -> dict:
-    """Run stock, then the candidate, (then stock on seed + 1, then stock nudged), and write the
-    validation outputs.
+    """Run stock, then the candidate, (then stock on seed + 1, then stock nudged, then stock
+    jittered), and write the validation outputs.
 
     The candidate is the accelerated run on the same seed; candidate_accel=False makes it a stock
     run on candidate_seed instead (how the comparison is tested without acceleration). Runs go one
     after the other so that none disturbs another's timing. Everything is written to a private
     folder first and moved into out_dir only when all runs succeeded: a failed validation leaves
-    earlier results alone. The two floors tell how far runs move anyway: the seed (ECMP paths, ECN
-    draws) and a 1 ns delay of the first flow (how chaotic the scenario is: any acceleration
-    perturbs at least that much). memo, cache and accel_overrides apply to the accelerated run (see
+    earlier results alone. The floors tell how far runs move anyway: the seed (ECMP paths, ECN
+    draws), a 1 ns delay of the first flow (how chaotic the scenario is: any acceleration perturbs
+    at least that much), and a delay of each flow by a draw from 0..jitter_floor_ns (the flows'
+    timing against each other off by as much as the engine's timing errors). memo, cache and accel_overrides apply to the accelerated run (see
     api.run). progress(name, None) announces a run, then progress(name, p) relays its
     api.run progress. Returns the validation.json contents.
     """
@@ -81,11 +84,11 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
     try:
-        def run(name: str, accel: bool, run_seed: int, nudge_ns: int = 0) -> api.RunResult:
+        def run(name: str, accel: bool, run_seed: int, nudge_ns: int = 0, jitter_ns: int = 0) -> api.RunResult:
             progress(name, None)
             return api.run(scenario, work / name, accel=accel, seed=run_seed, timeout_s=timeout_s,
                            memo=memo, cache=cache, accel_overrides=accel_overrides if accel else None,
-                           progress=lambda p: progress(name, p), nudge_ns=nudge_ns)
+                           progress=lambda p: progress(name, p), nudge_ns=nudge_ns, jitter_ns=jitter_ns)
 
         stock = run("stock", False, seed)
         cand = run(cand_name, candidate_accel, cand_seed)
@@ -94,6 +97,7 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
             noise_name = f"stock-seed{seed + 1}"
             noise = cand if noise_name == cand_name else run(noise_name, False, seed + 1)
         nudged = run("stock-nudged", False, seed, nudge_ns=1) if nudge_floor else None
+        jittered = run("stock-jittered", False, seed, jitter_ns=jitter_floor_ns) if jitter_floor_ns else None
 
         result = {"scenario": scenario.name, "fingerprint": scenario.fingerprint(), "candidate": cand_name,
                   "machine": machine(), **compare(stock, cand)}
@@ -102,6 +106,8 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
             result["within_noise_floor"] = within_noise_floor(result, result["noise_floor"])
         if nudged is not None:
             result["nudge_floor"] = noise_floor_of(stock, nudged)
+        if jittered is not None:
+            result["jitter_floor"] = {**noise_floor_of(stock, jittered), "jitter_ns": jitter_floor_ns}
         result["stock"], result["accel"] = stock.summary, cand.summary
         (work / "validation.json").write_text(json.dumps(result, indent=2) + "\n")
 
@@ -131,21 +137,21 @@ def console_table(v: dict):
     def pct(x: float | None) -> str:
         return "n/a" if x is None else f"{100 * x:.2f} %"
 
-    floors = [(v[key], name) for key, name in FLOORS if v.get(key)]
+    columns = floors(v)
     table = Table(title=f"{v['scenario']}: stock vs {v['candidate']}")
     table.add_column("metric")
     table.add_column(v["candidate"], justify="right")
-    for _, name in floors:
+    for _, name in columns:
         table.add_column(name, justify="right")
     for name, key in (("speedup (loop)", "speedup_loop"), ("speedup (total)", "speedup_total")):
         table.add_row(name, "n/a" if v[key] is None else f"{v[key]:.2f}x")
     for key, label in (("fct_error", "FCT"), ("service_error", "service time")):
         for k in ("mean", "p99", "max"):
-            table.add_row(f"{label} error {k}", pct(v[key][k]), *(pct(f[key][k]) for f, _ in floors))
+            table.add_row(f"{label} error {k}", pct(v[key][k]), *(pct(f[key][k]) for f, _ in columns))
     if v["iteration_error_max"] is not None:
         table.add_row("iteration error max", pct(v["iteration_error_max"]),
-                      *(pct(f["iteration_error_max"]) for f, _ in floors))
+                      *(pct(f["iteration_error_max"]) for f, _ in columns))
     table.add_row("skipped events", pct(v["skipped_fraction"]))
     table.add_row("unmatched flows", f"{v['unmatched']} of {v['flows']}",
-                  *(str(f["unmatched"]) for f, _ in floors))
+                  *(str(f["unmatched"]) for f, _ in columns))
     return table

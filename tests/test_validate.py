@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from bridge import api
 from bridge.api import RunResult
 from bridge.report import plots
 from bridge.report.validation import compare, noise_floor, render_markdown, within_noise_floor
@@ -153,6 +154,21 @@ def test_cli_validate_accel_with_the_nudge_floor(tmp_path):
               - pd.read_csv(tmp_path / "stock" / "flows.csv").start_ns)
     assert sorted(starts) == [0] * 7 + [1]      # only the first flow released moved, by 1 ns
     assert v["nudge_floor"]["fct_error"]["max"] >= 0 and "nudge floor" in (tmp_path / "report.md").read_text()
+
+
+def test_cli_validate_with_the_jitter_floor(tmp_path):
+    """Each flow of the jittered stock run starts 0-50 ns later, drawn from the seed: again the same."""
+    proc = wormhole("validate", str(TINY), "--out", str(tmp_path), "--quiet", "--jitter-floor", "50ns")
+    assert proc.returncode == 0, proc.stderr
+    v = json.loads((tmp_path / "validation.json").read_text())
+    assert v["jitter_floor"]["jitter_ns"] == 50 and v["jitter_floor"]["fct_error"]["max"] >= 0
+    assert "jitter floor (stock, each flow +0-50 ns)" in (tmp_path / "report.md").read_text()
+    jittered = pd.read_csv(tmp_path / "stock-jittered" / "flows.csv")
+    starts = jittered.start_ns - pd.read_csv(tmp_path / "stock" / "flows.csv").start_ns
+    assert starts.between(0, 50).all() and starts.nunique() > 2
+    again = api.run(TINY, jitter_ns=50)
+    assert again.flows.start_ns.tolist() == jittered.start_ns.tolist()
+    assert again.flows.fct_ns.tolist() == jittered.fct_ns.tolist()
 
 
 def test_cli_validate_bad_scenario_is_one_line(tmp_path):

@@ -50,9 +50,12 @@ class Executor:
 
     def __init__(self, workload: Workload, net: Ns3Network, stop_time_ns: int | None,
                  progress: ProgressFn | None = None, progress_every_s: float = 0.25,
-                 fast_forward: FastForward | None = None, nudge_ns: int = 0):
+                 fast_forward: FastForward | None = None, nudge_ns: int = 0, jitter_ns: int = 0,
+                 jitter_seed: int = 0):
         self.workload = workload
         self.nudge_ns = nudge_ns     # the first flow released starts this much later
+        self.jitter_ns = jitter_ns   # each flow released starts 0..jitter_ns later (drawn from jitter_seed)
+        self.jitter = np.random.default_rng(jitter_seed) if jitter_ns else None
         self.net = net
         self.ff = fast_forward
         self.stop_time_ns = stop_time_ns if stop_time_ns is not None else NEVER
@@ -107,6 +110,8 @@ class Executor:
         at_ns = max(task.release_ns, at_ns)
         if self.nudge_ns and task_id in self.flow_index:
             at_ns, self.nudge_ns = at_ns + self.nudge_ns, 0
+        if self.jitter is not None and task_id in self.flow_index:
+            at_ns += int(self.jitter.integers(0, self.jitter_ns, endpoint=True))
         heapq.heappush(self.ready, (at_ns, task_id))
 
     def _start(self, task_id: int, now: int) -> None:

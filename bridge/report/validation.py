@@ -15,7 +15,11 @@ if TYPE_CHECKING:  # the report layer sits below the API; it only reads RunResul
 
 
 # How far stock runs move anyway, beside the candidate's error: validation.json key, column title.
-FLOORS = (("noise_floor", "noise floor (stock, seed + 1)"), ("nudge_floor", "nudge floor (stock, +1 ns)"))
+def floors(v: dict) -> list[tuple[dict, str]]:
+    """The floors a validation.json dict holds, each with its column name."""
+    names = {"noise_floor": "noise floor (stock, seed + 1)", "nudge_floor": "nudge floor (stock, +1 ns)",
+             "jitter_floor": f"jitter floor (stock, each flow +0-{v.get('jitter_floor', {}).get('jitter_ns')} ns)"}
+    return [(v[key], name) for key, name in names.items() if v.get(key)]
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -93,8 +97,8 @@ def compare(reference: RunResult, candidate: RunResult) -> dict:
 
 
 def noise_floor(reference: RunResult, other: RunResult) -> dict:
-    """The errors between two stock runs that differ only in their seed, or in a 1 ns nudge: what
-    'accurate' can mean."""
+    """The errors between two stock runs that differ only in their seed, a 1 ns nudge or a jitter
+    of the flows' starts: what 'accurate' can mean."""
     c = compare(reference, other)
     return {"fct_error": c["fct_error"], "service_error": c["service_error"],
             "iteration_error_max": c["iteration_error_max"],
@@ -144,7 +148,7 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
 def render_markdown(v: dict, plots: list[str]) -> str:
     """report.md from a validation.json dict and the PNG file names written beside it."""
     stock, cand, floor = v["stock"], v["accel"], v.get("noise_floor")
-    floors = [(v[key], name) for key, name in FLOORS if v.get(key)]
+    columns = floors(v)
     label = v["candidate"]
     m = v["machine"]
     out = [f"# Validation: {v['scenario']}", "",
@@ -162,12 +166,12 @@ def render_markdown(v: dict, plots: list[str]) -> str:
                 f"{_times(v['speedup_total'])} end to end. Events: {stock['events']:,} stock, "
                 f"{cand['events']:,} {label} (skipped fraction {_pct(v['skipped_fraction'])}).",
             "", "## Error against stock", ""]
-    header = ["metric", label] + [name for _, name in floors]
-    rows = [[f"{name} error {k}", _pct(v[key][k])] + [_pct(f[key][k]) for f, _ in floors]
+    header = ["metric", label] + [name for _, name in columns]
+    rows = [[f"{name} error {k}", _pct(v[key][k])] + [_pct(f[key][k]) for f, _ in columns]
             for key, name in (("fct_error", "FCT"), ("service_error", "service time"))
             for k in ("mean", "p50", "p99", "max")]
     rows.append(["iteration time error max", _pct(v["iteration_error_max"])]
-                + [_pct(f["iteration_error_max"]) for f, _ in floors])
+                + [_pct(f["iteration_error_max"]) for f, _ in columns])
     out += _table(header, rows)
     if floor:
         verdict = {True: "within", False: "**above**", None: "not comparable to"}[v["within_noise_floor"]]
