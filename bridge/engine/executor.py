@@ -57,6 +57,7 @@ class Executor:
         self.jitter_ns = jitter_ns   # each flow released starts 0..jitter_ns later (drawn from jitter_seed)
         self.jitter = np.random.default_rng(jitter_seed) if jitter_ns else None
         self.net = net
+        self.table = net.flows.GetTable()
         self.ff = fast_forward
         self.stop_time_ns = stop_time_ns if stop_time_ns is not None else NEVER
         self.progress = progress
@@ -147,8 +148,8 @@ class Executor:
             if self.waiting[dep] == 0:
                 self._release(dep, at_ns)
 
-    def _collect_completed_flows(self) -> None:
-        table = self.net.flows.GetTable()
+    def _collect_completed_flows(self, now: int) -> None:
+        table = self.table
         by_index = self.flows
         while True:
             n = int(table.PopCompleted(self._completed_buf, len(self._completed_buf)))
@@ -160,7 +161,7 @@ class Executor:
             if n < len(self._completed_buf):
                 break
         if self.ff is not None:
-            for idx, end in self.ff.pop_completions(self.net.now_ns()):
+            for idx, end in self.ff.pop_completions(now):
                 self._flow_completed(by_index[idx].id, end)
 
     def _flow_completed(self, task_id: int, end: int) -> None:
@@ -188,8 +189,8 @@ class Executor:
         run_until = self.net.h.wh.RunUntil
         last_report = 0.0
         stop_reason = "done"
+        now = workload_start
         while self.done < self.n:
-            now = self.net.now_ns()
             while self.ready and self.ready[0][0] <= now:
                 self._start(heapq.heappop(self.ready)[1], now)
             if self.ff is not None:
@@ -206,7 +207,7 @@ class Executor:
                 break
             run_until(int(next_ns))
             now = self.net.now_ns()
-            self._collect_completed_flows()
+            self._collect_completed_flows(now)
             while self.computing and self.computing[0][0] <= now:
                 finish, task_id = heapq.heappop(self.computing)
                 self._finish(task_id, finish)
@@ -221,7 +222,7 @@ class Executor:
             self.ff.finish(self.net.now_ns())
         if self.progress is not None:
             self.progress(self.net.now_ns(), self.flows_done, self.n_flows)
-        table = self.net.flows.GetTable()
+        table = self.table
         skipped = np.zeros(self.n, dtype=np.int64)
         for task, idx in self.flow_index.items():
             skipped[task] = int(table.GetSkipped(idx))
