@@ -288,6 +288,7 @@ class FastForward:
         self.parts = Partitions()
         self.state: dict[int, PartitionState] = {}
         self.conn_of: dict[int, int] = {}
+        self.senders: dict[int, object] = {}              # per connection: its sender (see _sender)
         self.head_since: dict[int, int] = {}              # flow -> since when it is its connection's first
         self.paths: dict[int, frozenset[int]] = {}           # per connection: ports of its partition tags
         self.ports_of: dict[int, FlowPorts] = {}          # per connection: ports its data and ACKs leave by
@@ -567,7 +568,7 @@ class FastForward:
         self.sim.Thaw(frozen.group, shift)
         if self.net.rdma:
             for conn in sorted({self.conn_of[flow] for flow in frozen.rates}):
-                self.net.flows.GetSender(conn).ShiftTimes(shift)
+                self._sender(conn).ShiftTimes(shift)
         # A connection skips the bytes its flows delivered in the model, in stream order: a flow
         # completed meanwhile gives up all its unsent bytes, and the bytes it still had in flight
         # come out of its successor's (they arrive after the thaw, where the successor's would). A
@@ -600,7 +601,7 @@ class FastForward:
             if ended and memo.states.get(flow):
                 state = memo.states[flow]
                 first, second, third = self.net.cc_state_keys
-                self.net.flows.GetSender(conn).SetCongestionState(
+                self._sender(conn).SetCongestionState(
                     state.get(first, 0.0), state.get(second, 0.0), state.get(third, -1.0))
         self.stats.thaws += 1
         self.stats.episodes_interrupted += episode and not planned
@@ -815,7 +816,7 @@ class FastForward:
     def _apply_or_watch(self, part: Partition, now: int) -> None:
         """A partition formed: apply a memoized transient, or watch it to record one."""
         flows = sorted(part.flows)
-        if not all(self.net.flows.GetSender(self.conn_of[f]).IsConnected() for f in flows):
+        if not all(self._sender(self.conn_of[f]).IsConnected() for f in flows):
             return        # a handshake is part of the transient, and no congestion state exists yet
         if self.episodes and self._replay_or_watch_episode(part, flows, now):
             return
@@ -891,7 +892,7 @@ class FastForward:
         of the line rate, and its path."""
         conn = self.conn_of[flow]
         age_us = (now - self.head_since[flow]) // 1000
-        self.net.flows.GetSender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
+        self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
         line_bps = self.line_rate[conn] * 8e9
         rate, target = (rate_bin(float(x), line_bps, self.spec.memo_bins) for x in self._cc_buf[:2])
         return f"E{left}/{age_us}/{rate}/{target}|{self.path_labels[conn]}"
@@ -1003,8 +1004,15 @@ class FastForward:
         now_bytes = int(self.table.GetDelivered(flow))
         return (now_bytes - int(self.delivered[n - back, flow])) / (now - int(self.times[n - back]))
 
+    def _sender(self, conn: int):
+        """The connection's sender (fetched once: a cppyy call costs microseconds)."""
+        sender = self.senders.get(conn)
+        if sender is None:
+            sender = self.senders[conn] = self.net.flows.GetSender(conn)
+        return sender
+
     def _congestion_state(self, flow: int) -> dict[str, float]:
-        n = int(self.net.flows.GetSender(self.conn_of[flow]).GetCongestionState(self._cc_buf, len(self._cc_buf)))
+        n = int(self._sender(self.conn_of[flow]).GetCongestionState(self._cc_buf, len(self._cc_buf)))
         if n < 3:
             return {}
         first, second, third = self.net.cc_state_keys
@@ -1018,7 +1026,7 @@ class FastForward:
         return int(self.table.GetDelivered(flow)) + rate * self.lag_ns[self.conn_of[flow]]
 
     def _untransmitted(self, flow: int) -> int:
-        return int(self.net.flows.GetSender(self.conn_of[flow]).GetUntransmittedOf(flow))
+        return int(self._sender(self.conn_of[flow]).GetUntransmittedOf(flow))
 
     def _thaw_interrupted(self, now: int) -> None:
         """Events were scheduled into frozen partitions: thaw them now (skip-back)."""
