@@ -65,9 +65,9 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
     earlier results alone. The floors tell how far runs move anyway: the seed (ECMP paths, ECN
     draws), a 1 ns delay of the first flow (how chaotic the scenario is: any acceleration perturbs
     at least that much), and a delay of each flow by a draw from 0..jitter_floor_ns (the flows'
-    timing against each other off by as much as the engine's timing errors). memo, cache and accel_overrides apply to the accelerated run (see
-    api.run). progress(name, None) announces a run, then progress(name, p) relays its
-    api.run progress. Returns the validation.json contents.
+    timing against each other off by as much as the engine's timing errors). memo, cache and
+    accel_overrides apply to the accelerated run (see api.run). progress(name, None) announces a
+    run, then progress(name, p) relays its api.run progress. Returns the validation.json contents.
     """
     if not isinstance(scenario, Scenario):
         scenario = api.load_scenario(scenario)  # scenario errors before any run starts
