@@ -690,10 +690,10 @@ class FastForward:
         crossed, and bound by that link (its frames and the ACKs filled it, as DCQCN at line rate),
         gains the link time they took, up to the rate of a QP pacing its frames at line rate (each
         frame's time in whole ns, as the device sends it); one paced below (DCQCN after a cut) gains
-        nothing. Each gain comes with the port of that link. None if some gain is unknown: that link's data was shared, the flow is still in a
-        memoized transient, or the rates follow utilization (HPCC climbs to the freed capacity over
-        round trips, with its own overshoot: the same gains put gpt-bench-hpcc further from stock,
-        README)."""
+        nothing. Each gain comes with the port of that link. None if some gain is unknown: that
+        link's data was shared, the flow is still in a memoized transient, or the rates follow
+        utilization (HPCC climbs to the freed capacity over round trips, with its own overshoot:
+        the same gains put gpt-bench-hpcc further from stock, README)."""
         net = self.net
         running = [f for f in frozen.rates if f not in frozen.done] + [flow]
         data = {f: self.ports_of[self.conn_of[f]].data for f in running}
