@@ -2,7 +2,7 @@
 
     python benchmarks/memo_benches.py --out out/memo [names ...]
     python benchmarks/memo_benches.py --out out/memo --scaling gpt-bench
-    python benchmarks/memo_benches.py --out out/memo --floors [MAX_NS] gpt-bench
+    python benchmarks/memo_benches.py --out out/memo --floors [MAX_NS] [--draws K] gpt-bench
 
 For each scenario, one after the other in this invocation (ratios of runs made under the same
 conditions): a stock run; the accelerated run without memo (`--no-memo`, the paper's steady-only
@@ -19,11 +19,13 @@ Writes OUT/results.json.
 scenario: with memo, later iterations reuse the first one's transients, so the cost grows
 sub-linearly (3 iterations should cost less than 1.5x one).
 
---floors runs stock three times per scenario: as is, with the first flow released 1 ns later
-(nudge floor), and with each flow released a draw of 0..MAX_NS ns later (jitter floor, 100 ns by
-default: about the timing error of the engine's computed ends), and prints how far the two
-perturbed runs move FCTs and iteration times: errors below these are within the simulator's own
-sensitivity.
+--floors runs stock per scenario: as is, with the first flow released 1 ns later (nudge floor),
+and K times (--draws, 1 by default) with each flow released a draw of 0..MAX_NS ns later (jitter
+floor, 100 ns by default: about the timing error of the engine's computed ends), and prints how far
+the perturbed runs move FCTs and iteration times (the worst of the draws): errors below these are
+within the simulator's own sensitivity. It also prints the span of iteration times that stock and
+its jittered runs cover, against stock's, and where the accelerated runs of an earlier invocation
+into the same OUT (OUT/<name>/{steady,cold,warm}) fall in it.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from bridge import api
 from bridge.ns3.patches import build_library
-from bridge.report.validation import compare
+from bridge.report.validation import compare, jitter_floor
 
 BENCHES = ["gpt-bench", "moe-bench"]
 MODES = {"steady": {"memo": False}, "cold": {}, "warm": {}}
@@ -97,14 +99,34 @@ def scaling(name: str, out: Path) -> dict:
             "ratio": loops[3] / loops[1], "events_ratio": events[3] / events[1]}
 
 
-def floors(name: str, out: Path, jitter_ns: int) -> dict:
+def floors(name: str, out: Path, jitter_ns: int, draws: int) -> dict:
     scenario = ROOT / "scenarios" / f"{name}.yaml"
     stock = api.run(scenario, out / name / "stock")
-    row = {"scenario": name, "jitter_ns": jitter_ns}
-    for floor, options in (("nudge", {"nudge_ns": 1}), ("jitter", {"jitter_ns": jitter_ns})):
-        c = compare(stock, api.run(scenario, out / name / f"stock-{floor}", **options))
-        row[floor] = {"fct_error": c["fct_error"], "iteration_error_max": c["iteration_error_max"]}
+    c = compare(stock, api.run(scenario, out / name / "stock-nudge", nudge_ns=1))
+    row = {"scenario": name, "jitter_ns": jitter_ns,
+           "nudge": {"fct_error": c["fct_error"], "iteration_error_max": c["iteration_error_max"]}}
+    jittered = [api.run(scenario, out / name / f"stock-jitter-{k}", jitter_ns=jitter_ns, jitter_draw=k)
+                for k in range(draws)]
+    row["jitter"] = jitter_floor(stock, jittered, stock, jitter_ns)
+    del row["jitter"]["candidate_within_range"]       # the candidate here is stock itself
+    # Iteration times against stock's: the span stock and its draws cover, and the accelerated runs.
+    times = stock.summary["iteration_time_ns"]
+    row["iteration_offsets_ns"] = {"jittered span": [[lo - t, hi - t] for (lo, hi), t in
+                                                     zip(row["jitter"]["iteration_range_ns"], times)]}
+    for mode in MODES:
+        if (out / name / mode / "summary.json").exists():
+            accelerated = api.read_results(out / name / mode).summary["iteration_time_ns"]
+            row["iteration_offsets_ns"][mode] = [a - t for a, t in zip(accelerated, times)]
     return row
+
+
+def _offsets_us(row: dict) -> str:
+    """Per iteration: the jittered span and each accelerated run's time, in us from stock's."""
+    offsets = row["iteration_offsets_ns"]
+    return "; ".join(
+        f"{offsets['jittered span'][i][0] / 1e3:+.1f} .. {offsets['jittered span'][i][1] / 1e3:+.1f}"
+        + "".join(f", {mode} {o[i] / 1e3:+.1f}" for mode, o in offsets.items() if mode != "jittered span")
+        for i in range(len(offsets["jittered span"])))
 
 
 def main() -> None:
@@ -114,19 +136,21 @@ def main() -> None:
     parser.add_argument("--scaling", action="store_true", help="1 vs 3 iterations, accelerated only")
     parser.add_argument("--floors", type=int, nargs="?", const=100, metavar="MAX_NS",
                         help="stock against stock nudged by 1 ns and jittered by 0..MAX_NS per flow")
+    parser.add_argument("--draws", type=int, default=1, metavar="K", help="--floors: K jittered stock runs")
     args = parser.parse_args()
     build_library()  # a changed patch compiles here, not inside the first timed run
     if args.floors is not None:
-        print(f"| scenario | nudge floor: FCT mean / p99, iteration | jitter floor (0-{args.floors} ns): "
-              "FCT mean / p99, iteration |")
-        print("|---|---|---|")
+        print(f"| scenario | nudge floor: FCT mean / p99, iteration | jitter floor (0-{args.floors} ns, worst of "
+              f"{args.draws}): FCT mean / p99, iteration | iteration time, us from stock's: jittered span, "
+              "accelerated runs |")
+        print("|---|---|---|---|")
         rows = []
         for name in args.names:
-            r = floors(name, args.out, args.floors)
+            r = floors(name, args.out, args.floors, args.draws)
             rows.append(r)
             print(f"| {name} | " + " | ".join(
                 f"{_pct(f['fct_error']['mean'])} / {_pct(f['fct_error']['p99'])}, {_pct(f['iteration_error_max'])}"
-                for f in (r["nudge"], r["jitter"])) + " |", flush=True)
+                for f in (r["nudge"], r["jitter"])) + f" | {_offsets_us(r)} |", flush=True)
         (args.out / "floors.json").write_text(json.dumps(rows, indent=2) + "\n")
         return
     if args.scaling:

@@ -44,7 +44,7 @@ def run(scenario: str | Path | Scenario, out_dir: str | Path | None = None, *, a
         fast_forward: bool = True, memo: bool = True, cache: str | Path | None = None,
         accel_overrides: dict | None = None, seed: int | None = None, stop_time_ns: int | None = None,
         timeout_s: float | None = None, progress: Callable[[dict], None] | None = None,
-        nudge_ns: int = 0, jitter_ns: int = 0) -> RunResult:
+        nudge_ns: int = 0, jitter_ns: int = 0, jitter_draw: int = 0) -> RunResult:
     """Simulate a scenario in a child process; with out_dir=None nothing is kept.
 
     accel=False is stock ns-3 (every packet simulated); accel=True runs the Wormhole engine,
@@ -54,8 +54,8 @@ def run(scenario: str | Path | Scenario, out_dir: str | Path | None = None, *, a
     accel_overrides replaces fields of the scenario's `accel` block (theta, window, tau, ...).
     nudge_ns delays the first flow the workload releases (the smallest perturbation of a run);
     jitter_ns delays each flow it releases by a draw from 0..jitter_ns ns (seeded by the run's
-    seed), perturbing the flows' timing against each other as much as the engine's own timing
-    errors do.
+    seed and jitter_draw: the same seed keeps its ECMP paths while each draw jitters anew),
+    perturbing the flows' timing against each other as much as the engine's own timing errors do.
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)  # validate here: errors surface before any child starts
@@ -67,7 +67,7 @@ def run(scenario: str | Path | Scenario, out_dir: str | Path | None = None, *, a
     payload = {"scenario": str(scenario.source_path), "seed": seed, "stop_time_ns": stop_time_ns,
                "accel": accel, "fast_forward": fast_forward, "accel_overrides": accel_overrides,
                "memo": memo, "cache": str(Path(cache).resolve()) if cache is not None else None,
-               "nudge_ns": nudge_ns, "jitter_ns": jitter_ns}
+               "nudge_ns": nudge_ns, "jitter_ns": jitter_ns, "jitter_draw": jitter_draw}
     if out_dir is not None:
         run_child("bridge.simulation", payload, Path(out_dir), progress, timeout_s)
         return read_results(out_dir)

@@ -126,6 +126,7 @@ def _validate(args: argparse.Namespace) -> int:
 
         result = validate(scenario, args.out, seed=args.seed, noise_floor=args.noise_floor,
                           nudge_floor=args.nudge_floor, jitter_floor_ns=args.jitter_floor,
+                          jitter_draws=args.jitter_draws,
                           candidate_accel=args.against_seed is None, candidate_seed=args.against_seed,
                           memo=args.memo, cache=args.cache, accel_overrides=_accel_overrides(args), timeout_s=args.timeout, progress=progress)
     console.print(console_table(result))
@@ -225,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--jitter-floor", type=_time_ns, nargs="?", const=100, metavar="MAX",
                           help="also run stock with each flow starting 0..MAX later (default 100ns, drawn "
                                "from the seed): how far timing errors as small as the engine's move the results")
+    validate.add_argument("--jitter-draws", type=_positive_int, default=1, metavar="K",
+                          help="with --jitter-floor: K jittered stock runs, each its own draw (default 1); "
+                               "the report gives their worst errors and the span of their iteration times")
     validate.add_argument("--seed", type=int, help="override the scenario's seed (both runs)")
     validate.add_argument("--timeout", type=float, help="wall-clock limit per run, in seconds")
     validate.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -45,6 +45,7 @@ class RunOptions:
     cache: str | None = None       # memo store file; None: default_cache_path()
     nudge_ns: int = 0              # delay the first flow released by this much (validate's nudge floor)
     jitter_ns: int = 0             # delay each flow released by 0..jitter_ns, drawn from the seed (jitter floor)
+    jitter_draw: int = 0           # which draw of the seed's jitter (the jitter floor's ensemble)
 
 
 def build_workload(scenario: Scenario, topology: Topology) -> Workload:
@@ -87,7 +88,7 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
     build_s = time.perf_counter() - t_build
     stop = options.stop_time_ns or scenario.stop_time or DEFAULT_STOP_TIME_NS
     run = Executor(workload, net, stop, progress, fast_forward=ff, nudge_ns=options.nudge_ns,
-                   jitter_ns=options.jitter_ns, jitter_seed=seed).run()
+                   jitter_ns=options.jitter_ns, jitter_seed=(seed, options.jitter_draw)).run()
 
     if net.rdma:
         ideal = RdmaIdealFct(topology, segment_size(scenario.transport))
@@ -104,7 +105,7 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
         "seed": seed,
         "mode": _mode(options),
         **({"nudge_ns": options.nudge_ns} if options.nudge_ns else {}),
-        **({"jitter_ns": options.jitter_ns} if options.jitter_ns else {}),
+        **({"jitter_ns": options.jitter_ns, "jitter_draw": options.jitter_draw} if options.jitter_ns else {}),
         "flows": len(flows),
         "flows_finished": int((flows.end_ns >= 0).sum()),
         "bytes": int(flows.size_bytes.sum()),
@@ -191,7 +192,7 @@ def _child(payload: dict, progress: Callable[[dict], None]) -> dict:
                          accel=payload.get("accel", False), fast_forward=payload.get("fast_forward", True),
                          accel_overrides=payload.get("accel_overrides"), memo=payload.get("memo", True),
                          cache=payload.get("cache"), nudge_ns=payload.get("nudge_ns", 0),
-                         jitter_ns=payload.get("jitter_ns", 0))
+                         jitter_ns=payload.get("jitter_ns", 0), jitter_draw=payload.get("jitter_draw", 0))
     return simulate(scenario, Path(payload["out"]), options,
                     lambda now, done, total: progress({"sim_ns": now, "flows_done": done, "flows": total}))
 

@@ -5,7 +5,8 @@ Layout of the output folder:
     accel/                 the candidate run: accelerated, or stock-seed<N>/ when testing against a seed
     stock-seed<N>/         with noise_floor: stock again on seed + 1
     stock-nudged/          with nudge_floor: stock again with the first flow released 1 ns later
-    stock-jittered/        with jitter_floor_ns: stock again with each flow released 0..jitter_floor_ns later
+    stock-jittered-<k>/    with jitter_floor_ns: stock again with each flow released 0..jitter_floor_ns
+                           later, once per draw k < jitter_draws
     validation.json        metrics and both summaries (bridge.report.validation.compare)
     report.md              the human-readable report, linking the PNGs below
     fct_scatter.png, fct_error_cdf.png, timeline.png
@@ -26,7 +27,7 @@ import pandas as pd
 from . import api
 from .ns3.patches import build_library
 from .report import plots
-from .report.validation import compare, fct_errors, floors, render_markdown, within_noise_floor
+from .report.validation import compare, fct_errors, floors, jitter_floor, render_markdown, within_noise_floor
 from .report.validation import noise_floor as noise_floor_of  # `noise_floor` is validate()'s flag
 from .scenario import Scenario
 
@@ -51,6 +52,7 @@ def machine() -> dict:
 
 def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int | None = None,
              noise_floor: bool = False, nudge_floor: bool = False, jitter_floor_ns: int | None = None,
+             jitter_draws: int = 1,
              candidate_accel: bool = True,
              candidate_seed: int | None = None,
              memo: bool = True, cache: str | Path | None = None, accel_overrides: dict | None = None,
@@ -65,7 +67,8 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
     earlier results alone. The floors tell how far runs move anyway: the seed (ECMP paths, ECN
     draws), a 1 ns delay of the first flow (how chaotic the scenario is: any acceleration perturbs
     at least that much), and a delay of each flow by a draw from 0..jitter_floor_ns (the flows'
-    timing against each other off by as much as the engine's timing errors). memo, cache and
+    timing against each other off by as much as the engine's timing errors; jitter_draws runs, each
+    with its own draw: their worst errors and the span of their iteration times). memo, cache and
     accel_overrides apply to the accelerated run (see api.run). progress(name, None) announces a
     run, then progress(name, p) relays its api.run progress. Returns the validation.json contents.
     """
@@ -84,11 +87,11 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
     try:
-        def run(name: str, accel: bool, run_seed: int, nudge_ns: int = 0, jitter_ns: int = 0) -> api.RunResult:
+        def run(name: str, accel: bool, run_seed: int, **perturbation) -> api.RunResult:
             progress(name, None)
             return api.run(scenario, work / name, accel=accel, seed=run_seed, timeout_s=timeout_s,
                            memo=memo, cache=cache, accel_overrides=accel_overrides if accel else None,
-                           progress=lambda p: progress(name, p), nudge_ns=nudge_ns, jitter_ns=jitter_ns)
+                           progress=lambda p: progress(name, p), **perturbation)
 
         stock = run("stock", False, seed)
         cand = run(cand_name, candidate_accel, cand_seed)
@@ -97,7 +100,8 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
             noise_name = f"stock-seed{seed + 1}"
             noise = cand if noise_name == cand_name else run(noise_name, False, seed + 1)
         nudged = run("stock-nudged", False, seed, nudge_ns=1) if nudge_floor else None
-        jittered = run("stock-jittered", False, seed, jitter_ns=jitter_floor_ns) if jitter_floor_ns else None
+        jittered = [run(f"stock-jittered-{k}", False, seed, jitter_ns=jitter_floor_ns, jitter_draw=k)
+                    for k in range(jitter_draws if jitter_floor_ns else 0)]
 
         result = {"scenario": scenario.name, "fingerprint": scenario.fingerprint(), "candidate": cand_name,
                   "machine": machine(), **compare(stock, cand)}
@@ -106,8 +110,8 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
             result["within_noise_floor"] = within_noise_floor(result, result["noise_floor"])
         if nudged is not None:
             result["nudge_floor"] = noise_floor_of(stock, nudged)
-        if jittered is not None:
-            result["jitter_floor"] = {**noise_floor_of(stock, jittered), "jitter_ns": jitter_floor_ns}
+        if jittered:
+            result["jitter_floor"] = jitter_floor(stock, jittered, cand, jitter_floor_ns)
         result["stock"], result["accel"] = stock.summary, cand.summary
         (work / "validation.json").write_text(json.dumps(result, indent=2) + "\n")
 

@@ -13,7 +13,7 @@ import pytest
 from bridge import api
 from bridge.api import RunResult
 from bridge.report import plots
-from bridge.report.validation import compare, noise_floor, render_markdown, within_noise_floor
+from bridge.report.validation import compare, jitter_floor, noise_floor, render_markdown, within_noise_floor
 from bridge.validate import PLOTS, machine, validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,18 +157,42 @@ def test_cli_validate_accel_with_the_nudge_floor(tmp_path):
 
 
 def test_cli_validate_with_the_jitter_floor(tmp_path):
-    """Each flow of the jittered stock run starts 0-50 ns later, drawn from the seed: again the same."""
-    proc = wormhole("validate", str(TINY), "--out", str(tmp_path), "--quiet", "--jitter-floor", "50ns")
+    """Each flow of a jittered stock run starts 0-50 ns later, drawn from the seed and the draw: two
+    draws move the starts differently, the floor is their worst, and a rerun is the same."""
+    proc = wormhole("validate", str(TINY), "--out", str(tmp_path), "--quiet", "--jitter-floor", "50ns",
+                    "--jitter-draws", "2")
     assert proc.returncode == 0, proc.stderr
     v = json.loads((tmp_path / "validation.json").read_text())
-    assert v["jitter_floor"]["jitter_ns"] == 50 and v["jitter_floor"]["fct_error"]["max"] >= 0
-    assert "jitter floor (stock, each flow +0-50 ns)" in (tmp_path / "report.md").read_text()
-    jittered = pd.read_csv(tmp_path / "stock-jittered" / "flows.csv")
-    starts = jittered.start_ns - pd.read_csv(tmp_path / "stock" / "flows.csv").start_ns
-    assert starts.between(0, 50).all() and starts.nunique() > 2
-    again = api.run(TINY, jitter_ns=50)
-    assert again.flows.start_ns.tolist() == jittered.start_ns.tolist()
-    assert again.flows.fct_ns.tolist() == jittered.fct_ns.tolist()
+    floor = v["jitter_floor"]
+    assert floor["jitter_ns"] == 50 and len(floor["draws"]) == 2
+    assert floor["fct_error"]["max"] == max(d["fct_error"]["max"] for d in floor["draws"])
+    assert "jitter floor (stock, each flow +0-50 ns, worst of 2 draws)" in (tmp_path / "report.md").read_text()
+    stock = pd.read_csv(tmp_path / "stock" / "flows.csv")
+    draws = [pd.read_csv(tmp_path / f"stock-jittered-{k}" / "flows.csv") for k in (0, 1)]
+    for jittered in draws:
+        starts = jittered.start_ns - stock.start_ns
+        assert starts.between(0, 50).all() and starts.nunique() > 2
+    assert draws[0].start_ns.tolist() != draws[1].start_ns.tolist()
+    again = api.run(TINY, jitter_ns=50, jitter_draw=1)
+    assert again.flows.start_ns.tolist() == draws[1].start_ns.tolist()
+    assert again.flows.fct_ns.tolist() == draws[1].fct_ns.tolist()
+
+
+def test_jitter_floor_spans_the_iteration_times_of_stock_and_its_draws():
+    stock = result({0: 100}, loop=1.0, total=2.0, events=10, iteration_times=[1000, 2000])
+    draws = [result({0: 110}, loop=1.0, total=2.0, events=10, iteration_times=[990, 2030]),
+             result({0: 95}, loop=1.0, total=2.0, events=10, iteration_times=[1020, -1])]
+    cand = result({0: 100}, loop=0.1, total=1.0, events=1, iteration_times=[1025, 2010])
+    floor = jitter_floor(stock, draws, cand, jitter_ns=100)
+    assert floor["fct_error"]["max"] == pytest.approx(0.1)          # the worst draw's
+    assert floor["iteration_error_max"] == pytest.approx(0.02)      # 1020 against 1000
+    assert floor["iteration_range_ns"] == [[990, 1020], [2000, 2030]]   # an unfinished one is left out
+    assert floor["candidate_within_range"] == [False, True]
+    v = {**compare(stock, cand), "scenario": "hand", "fingerprint": "f" * 12, "candidate": "accel",
+         "machine": machine(), "stock": stock.summary, "accel": cand.summary, "jitter_floor": floor}
+    text = render_markdown(v, [])
+    assert "| 0 | 0.0010 | 0.0010 | 2.500 % | 0.0010 - 0.0010 | no |" in text
+    assert "worst of 2 draws" in text
 
 
 def test_cli_validate_bad_scenario_is_one_line(tmp_path):

@@ -51,11 +51,11 @@ class Executor:
     def __init__(self, workload: Workload, net: Ns3Network, stop_time_ns: int | None,
                  progress: ProgressFn | None = None, progress_every_s: float = 0.25,
                  fast_forward: FastForward | None = None, nudge_ns: int = 0, jitter_ns: int = 0,
-                 jitter_seed: int = 0):
+                 jitter_seed: tuple[int, ...] = (0,)):
         self.workload = workload
         self.nudge_ns = nudge_ns     # the first flow released starts this much later
         self.jitter_ns = jitter_ns   # each flow released starts 0..jitter_ns later (drawn from jitter_seed)
-        self.jitter = np.random.default_rng(jitter_seed) if jitter_ns else None
+        self.jitter = np.random.default_rng(list(jitter_seed)) if jitter_ns else None
         self.net = net
         self.table = net.flows.GetTable()
         self.ff = fast_forward

@@ -17,8 +17,11 @@ if TYPE_CHECKING:  # the report layer sits below the API; it only reads RunResul
 # How far stock runs move anyway, beside the candidate's error: validation.json key, column title.
 def floors(v: dict) -> list[tuple[dict, str]]:
     """The floors a validation.json dict holds, each with its column name."""
+    jitter = v.get("jitter_floor") or {}
+    draws = len(jitter.get("draws", []))
     names = {"noise_floor": "noise floor (stock, seed + 1)", "nudge_floor": "nudge floor (stock, +1 ns)",
-             "jitter_floor": f"jitter floor (stock, each flow +0-{v.get('jitter_floor', {}).get('jitter_ns')} ns)"}
+             "jitter_floor": f"jitter floor (stock, each flow +0-{jitter.get('jitter_ns')} ns"
+                             + (f", worst of {draws} draws)" if draws > 1 else ")")}
     return [(v[key], name) for key, name in names.items() if v.get(key)]
 
 
@@ -105,6 +108,30 @@ def noise_floor(reference: RunResult, other: RunResult) -> dict:
             "unmatched": c["unmatched"]}
 
 
+def jitter_floor(reference: RunResult, draws: list[RunResult], candidate: RunResult, jitter_ns: int) -> dict:
+    """The jitter floor over one or more jittered stock runs: each draw's errors against stock, the
+    worst of each statistic over the draws, and per iteration the range of times that stock and
+    its draws span. One draw can land anywhere in that range; the range says how far the flows'
+    timing against each other moves an iteration, and whether the candidate's time is inside it."""
+    per_draw = [noise_floor(reference, run) for run in draws]
+
+    def worst(values: list[float | None]) -> float | None:
+        known = [x for x in values if x is not None]
+        return max(known) if known else None
+
+    floor = {key: {k: worst([d[key][k] for d in per_draw]) for k in per_draw[0][key]}
+             for key in ("fct_error", "service_error")}
+    floor["iteration_error_max"] = worst([d["iteration_error_max"] for d in per_draw])
+    floor["unmatched"] = max(d["unmatched"] for d in per_draw)
+    times = [run.summary.get("iteration_time_ns") or [] for run in [reference, *draws]]
+    finished = [[t for t in column if t >= 0] for column in zip(*times)]
+    floor["iteration_range_ns"] = [[min(c), max(c)] if c else None for c in finished]
+    mine = candidate.summary.get("iteration_time_ns") or []
+    floor["candidate_within_range"] = [None if span is None or t < 0 else span[0] <= t <= span[1]
+                                       for span, t in zip(floor["iteration_range_ns"], mine)]
+    return {**floor, "jitter_ns": jitter_ns, "draws": per_draw}
+
+
 def within_noise_floor(result: dict, floor: dict) -> bool | None:
     """Candidate mean FCT error <= the noise floor's (None when either has no matched flow)."""
     mine, noise = result["fct_error"]["mean"], floor["fct_error"]["mean"]
@@ -178,9 +205,21 @@ def render_markdown(v: dict, plots: list[str]) -> str:
         out += ["", f"The {label} run's mean FCT error is {verdict} the noise floor."]
     if "iteration_time_ns" in stock and "iteration_time_ns" in cand:
         out += ["", "## Iteration times (ms)", ""]
-        out += _table(["iteration", "stock", label, "error"],
-                      [[i, _ms(a), _ms(b), _pct(abs(b - a) / a if a > 0 and b >= 0 else None)]
-                       for i, (a, b) in enumerate(zip(stock["iteration_time_ns"], cand["iteration_time_ns"]))])
+        jitter = v.get("jitter_floor") or {}
+        spans = jitter.get("iteration_range_ns", [])
+        header = ["iteration", "stock", label, "error"]
+        if spans:
+            header += ["stock and jittered stock span", f"{label} inside"]
+        rows = []
+        for i, (a, b) in enumerate(zip(stock["iteration_time_ns"], cand["iteration_time_ns"])):
+            row = [i, _ms(a), _ms(b), _pct(abs(b - a) / a if a > 0 and b >= 0 else None)]
+            if spans:
+                span = spans[i] if i < len(spans) else None
+                inside = jitter["candidate_within_range"][i] if i < len(jitter["candidate_within_range"]) else None
+                row += ["n/a" if span is None else f"{_ms(span[0])} - {_ms(span[1])}",
+                        {True: "yes", False: "no", None: "n/a"}[inside]]
+            rows.append(row)
+        out += _table(header, rows)
     if isinstance(cand.get("accel"), dict):
         out += ["", "## Acceleration counters", ""]
         out += _table(["counter", "value"],
