@@ -401,6 +401,27 @@ def short_incasts(tmp_path, third: dict) -> Path:
     return path
 
 
+def test_each_replayed_flow_is_timed_from_its_own_start(tmp_path):
+    """The second incast's flows start 600 ns apart, within the whole us that episode labels give
+    ages in; the replay starts when the second joins. Each replayed flow completes its recorded
+    FCT after its own start: timed from the replay's start, the first one came out 1.17 us late
+    (in stock it ends 0.57 us earlier still: it had the link to itself for 600 ns)."""
+    data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
+    data["flows"] = [{"src": 1, "dst": 0, "size": "100KB", "start": "0us"},
+                     {"src": 2, "dst": 0, "size": "200KB", "start": "0us"},
+                     {"src": 5, "dst": 4, "size": "100KB", "start": "500us"},
+                     {"src": 6, "dst": 4, "size": "200KB", "start": "500600ns"}]
+    path = tmp_path / "incasts.yaml"
+    path.write_text(yaml.safe_dump(data))
+    stock = api.run(path, tmp_path / "stock")
+    cold = api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "m.whdb")
+    assert cold.summary["accel"]["memo"]["applied_episode"] == 1
+    assert (cold.flows.bytes_skipped[2:] > 0).all()
+    assert cold.flows.fct_ns[2:].tolist() == cold.flows.fct_ns[:2].tolist()
+    late = cold.flows.end_ns - stock.flows.end_ns
+    assert late[:2].tolist() == [0, 0] and late[2:].between(0, 600).all(), late.tolist()
+
+
 def test_a_flow_on_a_completed_flows_ports_leaves_the_episode_frozen(tmp_path):
     """The 100 KB flow ends at 20.6 us; a flow from its sender starts at 25 us. The episode sheds
     the completed flow and stays frozen: the 200 KB flow still ends at its recorded time (in the

@@ -46,8 +46,9 @@ from ..errors import CacheFileError
 # 3: steady rates are the mean of the window's newer blocks, no longer the median block;
 # 4: edges tell competing data from flows crossing in opposite directions; 5: truncated records;
 # 6: steady rates are timed between the arrivals of the window's first and last bytes;
-# 7: graphs are keyed by their canonical form, no longer by a Weisfeiler-Lehman hash).
-RECORD_MODEL = 7
+# 7: graphs are keyed by their canonical form, no longer by a Weisfeiler-Lehman hash; 8: an
+# episode's flow times count from when its age was its label's whole us).
+RECORD_MODEL = 8
 
 
 def default_cache_path() -> Path:
