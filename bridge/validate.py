@@ -111,7 +111,7 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
         if nudged is not None:
             result["nudge_floor"] = noise_floor_of(stock, nudged)
         if jittered:
-            result["jitter_floor"] = jitter_floor(stock, jittered, cand, jitter_floor_ns)
+            result["jitter_floor"] = jitter_floor(stock, jittered, jitter_floor_ns, cand)
         result["stock"], result["accel"] = stock.summary, cand.summary
         (work / "validation.json").write_text(json.dumps(result, indent=2) + "\n")
 

@@ -183,7 +183,7 @@ def test_jitter_floor_spans_the_iteration_times_of_stock_and_its_draws():
     draws = [result({0: 110}, loop=1.0, total=2.0, events=10, iteration_times=[990, 2030]),
              result({0: 95}, loop=1.0, total=2.0, events=10, iteration_times=[1020, -1])]
     cand = result({0: 100}, loop=0.1, total=1.0, events=1, iteration_times=[1025, 2010])
-    floor = jitter_floor(stock, draws, cand, jitter_ns=100)
+    floor = jitter_floor(stock, draws, 100, cand)
     assert floor["fct_error"]["max"] == pytest.approx(0.1)          # the worst draw's
     assert floor["iteration_error_max"] == pytest.approx(0.02)      # 1020 against 1000
     assert floor["iteration_range_ns"] == [[990, 1020], [2000, 2030]]   # an unfinished one is left out

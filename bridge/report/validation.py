@@ -108,11 +108,13 @@ def noise_floor(reference: RunResult, other: RunResult) -> dict:
             "unmatched": c["unmatched"]}
 
 
-def jitter_floor(reference: RunResult, draws: list[RunResult], candidate: RunResult, jitter_ns: int) -> dict:
+def jitter_floor(reference: RunResult, draws: list[RunResult], jitter_ns: int,
+                 candidate: RunResult | None = None) -> dict:
     """The jitter floor over one or more jittered stock runs: each draw's errors against stock, the
     worst of each statistic over the draws, and per iteration the range of times that stock and
     its draws span. One draw can land anywhere in that range; the range says how far the flows'
-    timing against each other moves an iteration, and whether the candidate's time is inside it."""
+    timing against each other moves an iteration, and (given a candidate) whether its time is
+    inside it."""
     per_draw = [noise_floor(reference, run) for run in draws]
 
     def worst(values: list[float | None]) -> float | None:
@@ -126,9 +128,10 @@ def jitter_floor(reference: RunResult, draws: list[RunResult], candidate: RunRes
     times = [run.summary.get("iteration_time_ns") or [] for run in [reference, *draws]]
     finished = [[t for t in column if t >= 0] for column in zip(*times)]
     floor["iteration_range_ns"] = [[min(c), max(c)] if c else None for c in finished]
-    mine = candidate.summary.get("iteration_time_ns") or []
-    floor["candidate_within_range"] = [None if span is None or t < 0 else span[0] <= t <= span[1]
-                                       for span, t in zip(floor["iteration_range_ns"], mine)]
+    if candidate is not None:
+        mine = candidate.summary.get("iteration_time_ns") or []
+        floor["candidate_within_range"] = [None if span is None or t < 0 else span[0] <= t <= span[1]
+                                           for span, t in zip(floor["iteration_range_ns"], mine)]
     return {**floor, "jitter_ns": jitter_ns, "draws": per_draw}
 
 
