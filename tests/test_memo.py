@@ -402,10 +402,10 @@ def short_incasts(tmp_path, third: dict) -> Path:
 
 
 def test_each_replayed_flow_is_timed_from_its_own_start(tmp_path):
-    """The second incast's flows start 600 ns apart, within the whole us that episode labels give
-    ages in; the replay starts when the second joins. Each replayed flow completes its recorded
-    FCT after its own start: timed from the replay's start, the first one came out 1.17 us late
-    (in stock it ends 0.57 us earlier still: it had the link to itself for 600 ns)."""
+    """The second incast's flows start 600 ns apart, within one of the steps that episode labels
+    give ages in; the replay starts when the second joins. Each replayed flow completes its
+    recorded FCT after its own start: timed from the replay's start, the first one came out 1.17
+    us late (in stock it ends 0.57 us earlier still: it had the link to itself for 600 ns)."""
     data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
     data["flows"] = [{"src": 1, "dst": 0, "size": "100KB", "start": "0us"},
                      {"src": 2, "dst": 0, "size": "200KB", "start": "0us"},
