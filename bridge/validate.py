@@ -155,6 +155,9 @@ def console_table(v: dict):
     if v["iteration_error_max"] is not None:
         table.add_row("iteration error max", pct(v["iteration_error_max"]),
                       *(pct(f["iteration_error_max"]) for f, _ in columns))
+    inside = (v.get("jitter_floor") or {}).get("candidate_within_range")
+    if inside:
+        table.add_row("iterations inside the jittered span", f"{sum(x is True for x in inside)} of {len(inside)}")
     table.add_row("skipped events", pct(v["skipped_fraction"]))
     table.add_row("unmatched flows", f"{v['unmatched']} of {v['flows']}",
                   *(str(f["unmatched"]) for f, _ in columns))

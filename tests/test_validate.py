@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from rich.console import Console
 
 from bridge import api
 from bridge.api import RunResult
 from bridge.report import plots
 from bridge.report.validation import compare, jitter_floor, noise_floor, render_markdown, within_noise_floor
-from bridge.validate import PLOTS, machine, validate
+from bridge.validate import PLOTS, console_table, machine, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "scenarios" / "tiny-leafspine.yaml"
@@ -193,6 +195,9 @@ def test_jitter_floor_spans_the_iteration_times_of_stock_and_its_draws():
     text = render_markdown(v, [])
     assert "| 0 | 0.0010 | 0.0010 | 2.500 % | 0.0010 - 0.0010 | no |" in text
     assert "worst of 2 draws" in text
+    console = Console(width=200, record=True)
+    console.print(console_table(v))
+    assert re.search(r"iterations inside the jittered span\W+1 of 2", console.export_text())
 
 
 def test_cli_validate_bad_scenario_is_one_line(tmp_path):
