@@ -270,6 +270,26 @@ def test_rdma_memo_hits_end_flows_on_time(rdma_runs):
     assert error.max() < 0.002, error.tolist()
 
 
+def test_a_hit_credits_the_bytes_its_flows_have_in_flight_once(tmp_path):
+    """Two 2-to-1 incasts of 2 MB flows, the second flow 3 us after the first: when the partition
+    forms, the first flow has bytes in flight, in the recorded run and in the replay. The replay
+    freezes them where they are and they arrive after the thaw, so the record counts its bytes
+    from those sent, not those delivered (which made the replayed flows 6.0 and 3.0 us early)."""
+    data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
+    data["flows"] = [{"src": 1, "dst": 0, "size": "2MB", "start": "0us"},
+                     {"src": 2, "dst": 0, "size": "2MB", "start": "3us"},
+                     {"src": 5, "dst": 4, "size": "2MB", "start": "500us"},
+                     {"src": 6, "dst": 4, "size": "2MB", "start": "503us"}]
+    path = tmp_path / "incasts.yaml"
+    path.write_text(yaml.safe_dump(data))
+    stock = api.run(path, tmp_path / "stock")
+    cold = api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "m.whdb")
+    assert cold.summary["accel"]["memo"]["hits"] == 1
+    assert (cold.flows.bytes_skipped[2:] > 0.9 * cold.flows.size_bytes[2:]).all()
+    late = cold.flows.end_ns - stock.flows.end_ns
+    assert late.abs().max() < 200, late.tolist()
+
+
 def test_flows_too_short_for_a_truncated_record_apply_its_first_part(tmp_path):
     """A 250 KB 2-to-1 incast matches the 400 KB incasts' truncated record but cannot outlast it by
     the margin: it is frozen through the record's first part (its bytes spread evenly over it)

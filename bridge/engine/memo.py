@@ -47,8 +47,9 @@ from ..errors import CacheFileError
 # 4: edges tell competing data from flows crossing in opposite directions; 5: truncated records;
 # 6: steady rates are timed between the arrivals of the window's first and last bytes;
 # 7: graphs are keyed by their canonical form, no longer by a Weisfeiler-Lehman hash; 8: an
-# episode's flow times count from when its age was its label's; 9: episode ages in 10 us steps).
-RECORD_MODEL = 9
+# episode's flow times count from when its age was its label's; 9: episode ages in 10 us steps;
+# 10: RDMA transient bytes count from the bytes sent when the partition formed).
+RECORD_MODEL = 10
 
 
 def default_cache_path() -> Path:
