@@ -210,6 +210,7 @@ def render_markdown(v: dict, plots: list[str]) -> str:
         out += ["", "## Iteration times (ms)", ""]
         jitter = v.get("jitter_floor") or {}
         spans = jitter.get("iteration_range_ns", [])
+        within = jitter.get("candidate_within_range", [])
         header = ["iteration", "stock", label, "error"]
         if spans:
             header += ["stock and jittered stock span", f"{label} inside"]
@@ -218,7 +219,7 @@ def render_markdown(v: dict, plots: list[str]) -> str:
             row = [i, _ms(a), _ms(b), _pct(abs(b - a) / a if a > 0 and b >= 0 else None)]
             if spans:
                 span = spans[i] if i < len(spans) else None
-                inside = jitter["candidate_within_range"][i] if i < len(jitter["candidate_within_range"]) else None
+                inside = within[i] if i < len(within) else None
                 row += ["n/a" if span is None else f"{_ms(span[0])} - {_ms(span[1])}",
                         {True: "yes", False: "no", None: "n/a"}[inside]]
             rows.append(row)
