@@ -270,20 +270,27 @@ def test_rdma_memo_hits_end_flows_on_time(rdma_runs):
     assert error.max() < 0.002, error.tolist()
 
 
+def two_incasts(tmp_path, sizes: tuple[str, str], second_ns: int, replay_second_ns: int):
+    """Stock and memo cold runs of two 2-to-1 incasts on tiny-memo-rdma (hosts 1, 2 -> 0 from 0,
+    then 5, 6 -> 4 from 500 us, flows of `sizes`), the second flow of each starting `second_ns` and
+    `replay_second_ns` after the first."""
+    data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
+    data["flows"] = [{"src": 1, "dst": 0, "size": sizes[0], "start": "0us"},
+                     {"src": 2, "dst": 0, "size": sizes[1], "start": f"{second_ns}ns"},
+                     {"src": 5, "dst": 4, "size": sizes[0], "start": "500us"},
+                     {"src": 6, "dst": 4, "size": sizes[1], "start": f"{500_000 + replay_second_ns}ns"}]
+    path = tmp_path / "incasts.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return (api.run(path, tmp_path / "stock"),
+            api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "m.whdb"))
+
+
 def test_a_hit_credits_the_bytes_its_flows_have_in_flight_once(tmp_path):
     """Two 2-to-1 incasts of 2 MB flows, the second flow 3 us after the first: when the partition
     forms, the first flow has bytes in flight, in the recorded run and in the replay. The replay
     freezes them where they are and they arrive after the thaw, so the record counts its bytes
     from those sent, not those delivered (which made the replayed flows 6.0 and 3.0 us early)."""
-    data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
-    data["flows"] = [{"src": 1, "dst": 0, "size": "2MB", "start": "0us"},
-                     {"src": 2, "dst": 0, "size": "2MB", "start": "3us"},
-                     {"src": 5, "dst": 4, "size": "2MB", "start": "500us"},
-                     {"src": 6, "dst": 4, "size": "2MB", "start": "503us"}]
-    path = tmp_path / "incasts.yaml"
-    path.write_text(yaml.safe_dump(data))
-    stock = api.run(path, tmp_path / "stock")
-    cold = api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "m.whdb")
+    stock, cold = two_incasts(tmp_path, ("2MB", "2MB"), 3_000, 3_000)
     assert cold.summary["accel"]["memo"]["hits"] == 1
     assert (cold.flows.bytes_skipped[2:] > 0.9 * cold.flows.size_bytes[2:]).all()
     late = cold.flows.end_ns - stock.flows.end_ns
@@ -426,15 +433,7 @@ def test_each_replayed_flow_is_timed_from_its_own_start(tmp_path):
     give ages in; the replay starts when the second joins. Each replayed flow completes its
     recorded FCT after its own start: timed from the replay's start, the first one came out 1.17
     us late (in stock it ends 0.57 us earlier still: it had the link to itself for 600 ns)."""
-    data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
-    data["flows"] = [{"src": 1, "dst": 0, "size": "100KB", "start": "0us"},
-                     {"src": 2, "dst": 0, "size": "200KB", "start": "0us"},
-                     {"src": 5, "dst": 4, "size": "100KB", "start": "500us"},
-                     {"src": 6, "dst": 4, "size": "200KB", "start": "500600ns"}]
-    path = tmp_path / "incasts.yaml"
-    path.write_text(yaml.safe_dump(data))
-    stock = api.run(path, tmp_path / "stock")
-    cold = api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "m.whdb")
+    stock, cold = two_incasts(tmp_path, ("100KB", "200KB"), 0, 600)
     assert cold.summary["accel"]["memo"]["applied_episode"] == 1
     assert (cold.flows.bytes_skipped[2:] > 0).all()
     assert cold.flows.fct_ns[2:].tolist() == cold.flows.fct_ns[:2].tolist()
