@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from bridge import api
 from bridge.ns3.patches import build_library
-from bridge.report.validation import compare, jitter_floor
+from bridge.report.validation import compare, jitter_floor, noise_floor
 
 BENCHES = ["gpt-bench", "moe-bench"]
 MODES = {"steady": {"memo": False}, "cold": {}, "warm": {}}
@@ -102,9 +102,8 @@ def scaling(name: str, out: Path) -> dict:
 def floors(name: str, out: Path, jitter_ns: int, draws: int) -> dict:
     scenario = ROOT / "scenarios" / f"{name}.yaml"
     stock = api.run(scenario, out / name / "stock")
-    c = compare(stock, api.run(scenario, out / name / "stock-nudge", nudge_ns=1))
     row = {"scenario": name, "jitter_ns": jitter_ns,
-           "nudge": {"fct_error": c["fct_error"], "iteration_error_max": c["iteration_error_max"]}}
+           "nudge": noise_floor(stock, api.run(scenario, out / name / "stock-nudge", nudge_ns=1))}
     jittered = [api.run(scenario, out / name / f"stock-jitter-{k}", jitter_ns=jitter_ns, jitter_draw=k)
                 for k in range(draws)]
     row["jitter"] = jitter_floor(stock, jittered, jitter_ns)

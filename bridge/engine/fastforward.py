@@ -111,6 +111,10 @@ class Frozen:
         """Frozen on an episode record: its flows complete at the recorded times."""
         return self.memo is not None and self.memo.ends is not None
 
+    def recorded_at(self, flow: int) -> int:
+        """Episode: where `flow` was on its recorded clock (Episode.leads) when this freeze began."""
+        return self.offset_ns + self.leads[flow]
+
     def leave_vacant(self, conn: int, flow: int, until_ns: int = NEVER) -> None:
         self.vacant[conn] = flow
         if until_ns != NEVER:
@@ -126,7 +130,7 @@ class Frozen:
     def skipped_bytes(self, flow: int, shift: int) -> int:
         """Bytes `flow` would have delivered in `shift` ns of this freeze."""
         if self.episode:
-            start, memo = self.offset_ns + self.leads[flow], self.memo
+            start, memo = self.recorded_at(flow), self.memo
             if start + shift >= memo.ends[flow]:
                 return self.left[flow]
             return min(self.left[flow], round(memo.delivered(flow, start + shift) - memo.delivered(flow, start)))
@@ -557,7 +561,7 @@ class FastForward:
         if frozen.episode:
             for flow in sorted(frozen.rates):
                 frozen.left[flow] = self._left(flow)
-                frozen.ends[flow] = max(now, now - frozen.offset_ns - frozen.leads[flow] + frozen.memo.ends[flow])
+                frozen.ends[flow] = max(now, now - frozen.recorded_at(flow) + frozen.memo.ends[flow])
                 frozen.order[self.conn_of[flow]] = [flow]
         elif self.computed_ends and (frozen.memo is None or not frozen.memo.truncated):
             frozen.until_ns = NEVER                        # it thaws when something touches it
@@ -599,12 +603,10 @@ class FastForward:
                 owed -= skipped
                 self.stats.bytes_skipped += skipped
                 if (episode and not shed and flow not in frozen.done
-                        and (owed > 0 or frozen.offset_ns + frozen.leads[flow] + shift + ahead[flow]
-                             >= memo.ends[flow])):
+                        and (owed > 0 or frozen.recorded_at(flow) + shift + ahead[flow] >= memo.ends[flow])):
                     # Its last bytes are on the wire in the model, or were in flight since the
                     # freeze: they would arrive a lag late. It completes at its recorded time.
-                    self.pending_ends[flow] = (frozen.since_ns - frozen.offset_ns - frozen.leads[flow]
-                                               + memo.ends[flow])
+                    self.pending_ends[flow] = frozen.since_ns - frozen.recorded_at(flow) + memo.ends[flow]
         for flow in frozen.rates:
             conn = self.conn_of[flow]
             self.thawed[flow] = (frozen.rate_at(flow, now), now)
