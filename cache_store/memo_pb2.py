@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x63\x61\x63he_store/memo.proto\x12\x0ewormhole.cache\"\x96\x02\n\nFlowRecord\x12\x0e\n\x06vertex\x18\x01 \x01(\r\x12\r\n\x05label\x18\x02 \x01(\t\x12\x17\n\x0ftransient_bytes\x18\x03 \x01(\x04\x12\x13\n\x0bsteady_rate\x18\x04 \x01(\x01\x12G\n\x0ftransport_state\x18\x05 \x03(\x0b\x32..wormhole.cache.FlowRecord.TransportStateEntry\x12\x0e\n\x06\x65nd_ns\x18\x06 \x01(\x03\x12\x13\n\x0bprogress_ns\x18\x07 \x03(\x03\x12\x16\n\x0eprogress_bytes\x18\x08 \x03(\x04\x1a\x35\n\x13TransportStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"Q\n\x04\x45\x64ge\x12\t\n\x01\x61\x18\x01 \x01(\r\x12\t\n\x01\x62\x18\x02 \x01(\r\x12\x0e\n\x06weight\x18\x03 \x01(\r\x12\x11\n\tcontended\x18\x04 \x01(\r\x12\x10\n\x08\x64\x61ta_ack\x18\x05 \x01(\r\"\xe9\x01\n\nMemoRecord\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x13\n\x0b\x66ingerprint\x18\x02 \x01(\t\x12\x12\n\ngraph_hash\x18\x03 \x01(\t\x12)\n\x05\x66lows\x18\x04 \x03(\x0b\x32\x1a.wormhole.cache.FlowRecord\x12#\n\x05\x65\x64ges\x18\x05 \x03(\x0b\x32\x14.wormhole.cache.Edge\x12\x14\n\x0ctransient_ns\x18\x06 \x01(\x03\x12\x10\n\x08producer\x18\x07 \x01(\t\x12\x11\n\ttruncated\x18\x08 \x01(\x08\x12\x0f\n\x07\x65pisode\x18\t \x01(\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x63\x61\x63he_store/memo.proto\x12\x0ewormhole.cache\"\xa7\x02\n\nFlowRecord\x12\x0e\n\x06vertex\x18\x01 \x01(\r\x12\r\n\x05label\x18\x02 \x01(\t\x12\x17\n\x0ftransient_bytes\x18\x03 \x01(\x04\x12\x13\n\x0bsteady_rate\x18\x04 \x01(\x01\x12G\n\x0ftransport_state\x18\x05 \x03(\x0b\x32..wormhole.cache.FlowRecord.TransportStateEntry\x12\x0e\n\x06\x65nd_ns\x18\x06 \x01(\x03\x12\x13\n\x0bprogress_ns\x18\x07 \x03(\x03\x12\x16\n\x0eprogress_bytes\x18\x08 \x03(\x04\x12\x0f\n\x07lead_ns\x18\t \x01(\x03\x1a\x35\n\x13TransportStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"Q\n\x04\x45\x64ge\x12\t\n\x01\x61\x18\x01 \x01(\r\x12\t\n\x01\x62\x18\x02 \x01(\r\x12\x0e\n\x06weight\x18\x03 \x01(\r\x12\x11\n\tcontended\x18\x04 \x01(\r\x12\x10\n\x08\x64\x61ta_ack\x18\x05 \x01(\r\"\xe9\x01\n\nMemoRecord\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x13\n\x0b\x66ingerprint\x18\x02 \x01(\t\x12\x12\n\ngraph_hash\x18\x03 \x01(\t\x12)\n\x05\x66lows\x18\x04 \x03(\x0b\x32\x1a.wormhole.cache.FlowRecord\x12#\n\x05\x65\x64ges\x18\x05 \x03(\x0b\x32\x14.wormhole.cache.Edge\x12\x14\n\x0ctransient_ns\x18\x06 \x01(\x03\x12\x10\n\x08producer\x18\x07 \x01(\t\x12\x11\n\ttruncated\x18\x08 \x01(\x08\x12\x0f\n\x07\x65pisode\x18\t \x01(\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,11 +36,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FLOWRECORD_TRANSPORTSTATEENTRY']._loaded_options = None
   _globals['_FLOWRECORD_TRANSPORTSTATEENTRY']._serialized_options = b'8\001'
   _globals['_FLOWRECORD']._serialized_start=43
-  _globals['_FLOWRECORD']._serialized_end=321
-  _globals['_FLOWRECORD_TRANSPORTSTATEENTRY']._serialized_start=268
-  _globals['_FLOWRECORD_TRANSPORTSTATEENTRY']._serialized_end=321
-  _globals['_EDGE']._serialized_start=323
-  _globals['_EDGE']._serialized_end=404
-  _globals['_MEMORECORD']._serialized_start=407
-  _globals['_MEMORECORD']._serialized_end=640
+  _globals['_FLOWRECORD']._serialized_end=338
+  _globals['_FLOWRECORD_TRANSPORTSTATEENTRY']._serialized_start=285
+  _globals['_FLOWRECORD_TRANSPORTSTATEENTRY']._serialized_end=338
+  _globals['_EDGE']._serialized_start=340
+  _globals['_EDGE']._serialized_end=421
+  _globals['_MEMORECORD']._serialized_start=424
+  _globals['_MEMORECORD']._serialized_end=657
 # @@protoc_insertion_point(module_scope)

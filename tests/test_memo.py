@@ -291,10 +291,25 @@ def test_a_hit_credits_the_bytes_its_flows_have_in_flight_once(tmp_path):
     freezes them where they are and they arrive after the thaw, so the record counts its bytes
     from those sent, not those delivered (which made the replayed flows 6.0 and 3.0 us early)."""
     stock, cold = two_incasts(tmp_path, ("2MB", "2MB"), 3_000, 3_000)
-    assert cold.summary["accel"]["memo"]["hits"] == 1
+    memo = cold.summary["accel"]["memo"]
+    assert (memo["hits"], memo["applied_episode"]) == (2, 1)  # the transient; the last flow's end
     assert (cold.flows.bytes_skipped[2:] > 0.9 * cold.flows.size_bytes[2:]).all()
     late = cold.flows.end_ns - stock.flows.end_ns
     assert late.abs().max() < 200, late.tolist()
+
+
+def test_an_episode_whose_flows_have_delivered_a_little_more_replays_them_by_their_bytes(tmp_path):
+    """The second flow joins 6.0 us after the first in the recorded incast and 6.1 us in the
+    replay, when the first has delivered some 1.2 KB more: the replay still hits (episode labels
+    give bytes left in steps) and places the first flow where the recorded one had its bytes left.
+    Both end within the 100 ns offset of stock (the second keeps its recorded FCT from its own
+    start; in stock the shared link ends both at the same time as before). With exact bytes left
+    in the label it was simulated."""
+    stock, cold = two_incasts(tmp_path, ("100KB", "200KB"), 6_000, 6_100)
+    assert cold.summary["accel"]["memo"]["applied_episode"] == 1
+    assert (cold.flows.bytes_skipped[2:] > 0).all()
+    late = cold.flows.end_ns - stock.flows.end_ns
+    assert late.abs().max() <= 100, late.tolist()
 
 
 def test_flows_too_short_for_a_truncated_record_apply_its_first_part(tmp_path):

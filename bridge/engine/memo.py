@@ -48,8 +48,9 @@ from ..errors import CacheFileError
 # 6: steady rates are timed between the arrivals of the window's first and last bytes;
 # 7: graphs are keyed by their canonical form, no longer by a Weisfeiler-Lehman hash; 8: an
 # episode's flow times count from when its age was its label's; 9: episode ages in 10 us steps;
-# 10: RDMA transient bytes count from the bytes sent when the partition formed).
-RECORD_MODEL = 10
+# 10: RDMA transient bytes count from the bytes sent when the partition formed; 11: episode labels
+# give bytes left in steps, records each flow's clock at the start).
+RECORD_MODEL = 11
 
 
 def default_cache_path() -> Path:
@@ -185,6 +186,7 @@ class Transient:
     truncated: bool = False                   # no steady phase follows: the flows go on simulated
     ends: dict[int, int] | None = None        # episode: flow -> its completion, from the start
     progress: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)  # episode: flow -> (ns, bytes)
+    leads: dict[int, int] = field(default_factory=dict)  # episode: flow -> where its clock stood at the start
 
     def delivered(self, flow: int, at_ns: int) -> float:
         """Episode: bytes `flow` had delivered `at_ns` into it, between its recorded samples (none
@@ -285,11 +287,13 @@ class Memo:
     def record(self, cg: ConflictGraph, transient_ns: int, transient_bytes: dict[int, int],
                rates: dict[int, float], states: dict[int, dict[str, float]], truncated: bool = False,
                ends: dict[int, int] | None = None,
-               progress: dict[int, tuple[list[int], list[int]]] | None = None) -> None:
+               progress: dict[int, tuple[list[int], list[int]]] | None = None,
+               leads: dict[int, int] | None = None) -> None:
         """Keep what the partition of `cg` did until it turned steady, until it was cut short
         (truncated), or until its last flow completed (an episode: `ends`, each flow's completion
-        from the start, and `progress`, its bytes delivered at times before), in memory and in the
-        store, unless an isomorphic partition was recorded so meanwhile (several can form at once)."""
+        from the start, `progress`, its bytes delivered at times before, and `leads`, where each
+        flow's clock stood at the start), in memory and in the store, unless an isomorphic
+        partition was recorded so meanwhile (several can form at once)."""
         episode = ends is not None
         record = MemoRecord(schema_version=SCHEMA_VERSION, fingerprint=self.fingerprint, graph_hash=cg.key,
                             transient_ns=transient_ns, producer=self.producer, truncated=truncated,
@@ -300,7 +304,8 @@ class Memo:
         for v, flow in enumerate(cg.flows):
             rec = record.flows.add(vertex=v, label=cg.labels[v],
                                    transient_bytes=transient_bytes[flow], steady_rate=rates[flow],
-                                   end_ns=ends[flow] if episode else 0)
+                                   end_ns=ends[flow] if episode else 0,
+                                   lead_ns=(leads or {}).get(flow, 0))
             rec.transport_state.update(states.get(flow, {}))
             times, sizes = (progress or {}).get(flow, ([], []))
             rec.progress_ns.extend(times)
@@ -347,7 +352,7 @@ def _inconsistency(record: MemoRecord) -> str | None:
     for f in record.flows:
         if len(f.progress_ns) != len(f.progress_bytes):
             return f"flow {f.vertex} has {len(f.progress_ns)} progress times but {len(f.progress_bytes)} sizes"
-        if record.episode and (f.end_ns < 0 or any(not 0 < t < (f.end_ns or record.transient_ns) for t in f.progress_ns)):
+        if record.episode and (f.end_ns < 0 or not 0 <= f.lead_ns <= f.end_ns or any(not 0 < t < (f.end_ns or record.transient_ns) for t in f.progress_ns)):
             return f"flow {f.vertex}'s progress is not within its episode"
     return None
 
@@ -370,4 +375,5 @@ def _mapped(record: MemoRecord, cg: ConflictGraph, mapping: dict[int, int]) -> T
         if t.ends is not None:
             t.ends[flow] = stored.end_ns
             t.progress[flow] = (list(stored.progress_ns), list(stored.progress_bytes))
+            t.leads[flow] = stored.lead_ns
     return t
