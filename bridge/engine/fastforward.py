@@ -913,8 +913,8 @@ class FastForward:
 
     def _episode_label(self, flow: int, left: int, now: int) -> str:
         """An episode vertex: the flow's bytes left in LEFT_STEP steps (its size while it has
-        delivered less than a step), how long it has been sending in AGE_STEP_NS steps, its QP's rate and target (HPCC: reference) rate in memo_bins steps of
-        the line rate, and its path."""
+        delivered less than a step), how long it has been sending in AGE_STEP_NS steps, its QP's
+        rate and target (HPCC: reference) rate in memo_bins steps of the line rate, and its path."""
         conn = self.conn_of[flow]
         age = (now - self.head_since[flow]) // AGE_STEP_NS
         self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))

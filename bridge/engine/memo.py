@@ -352,8 +352,11 @@ def _inconsistency(record: MemoRecord) -> str | None:
     for f in record.flows:
         if len(f.progress_ns) != len(f.progress_bytes):
             return f"flow {f.vertex} has {len(f.progress_ns)} progress times but {len(f.progress_bytes)} sizes"
-        if record.episode and (f.end_ns < 0 or not 0 <= f.lead_ns <= f.end_ns or any(not 0 < t < (f.end_ns or record.transient_ns) for t in f.progress_ns)):
+        if record.episode and (f.end_ns < 0 or any(not 0 < t < (f.end_ns or record.transient_ns)
+                                                   for t in f.progress_ns)):
             return f"flow {f.vertex}'s progress is not within its episode"
+        if record.episode and not 0 <= f.lead_ns <= f.end_ns:
+            return f"flow {f.vertex}'s clock at the start is not within its episode"
     return None
 
 
