@@ -11,7 +11,8 @@ import yaml
 
 from bridge import api
 from bridge.cli import main
-from bridge.engine.memo import ConflictGraph, FlowPorts, Memo, fingerprint
+from bridge.engine.fastforward import _clock_on_record
+from bridge.engine.memo import ConflictGraph, FlowPorts, Memo, Transient, fingerprint
 from bridge.errors import CacheFileError
 from cache_store import MemoStore
 
@@ -310,6 +311,18 @@ def test_an_episode_whose_flows_have_delivered_a_little_more_replays_them_by_the
     assert (cold.flows.bytes_skipped[2:] > 0).all()
     late = cold.flows.end_ns - stock.flows.end_ns
     assert late.abs().max() <= 100, late.tolist()
+
+
+def test_a_replayed_flow_is_placed_on_its_recorded_clock_by_its_bytes_once_it_has_delivered_some():
+    """The recorded flow had 50000 bytes left 100 ns into its clock and ended 25000 ns after: 2
+    bytes per ns. A flow with 2000 bytes fewer left stands 1000 ns further; one that has delivered
+    less than a label step, or whose recorded flow had nothing left, at its own lead."""
+    hit = Transient(transient_ns=25_100, bytes={0: 50_000, 1: 0}, rates={}, states={},
+                    ends={0: 25_100, 1: 5_000}, leads={0: 100, 1: 100})
+    assert _clock_on_record(hit, 0, 98_304, 48_000, 300) == 1_100
+    assert _clock_on_record(hit, 0, 98_304, 50_000, 300) == 300
+    assert _clock_on_record(hit, 0, 50_000, 48_000, 300) == 300
+    assert _clock_on_record(hit, 1, 98_304, 1_500, 300) == 300
 
 
 def test_flows_too_short_for_a_truncated_record_apply_its_first_part(tmp_path):

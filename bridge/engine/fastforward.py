@@ -1098,10 +1098,11 @@ def _clock_on_record(hit: Transient, flow: int, size: int, left: int, lead: int)
     """Where a replayed flow of `size` bytes with `left` left, `lead` ns into its age step, stands
     on its recorded clock. One that has delivered less than LEFT_STEP, or the recorded flow's bytes,
     at its own lead: early on only its age tells where it is (placed by bytes, flows joining an
-    all-to-all 4 us after the others were mapped onto them and ended 4 us off). Else where the
-    recorded flow, at its mean rate to its end, had `left` bytes left."""
+    all-to-all 4 us after the others were mapped onto them and ended 4 us off); so is one whose
+    recorded flow had no bytes left (no rate to place it by). Else where the recorded flow, at its
+    mean rate to its end, had `left` bytes left."""
     recorded_left = hit.bytes[flow]
-    if size - left < LEFT_STEP or left == recorded_left:
+    if size - left < LEFT_STEP or left == recorded_left or recorded_left == 0:
         return lead
     rate = recorded_left / max(1, hit.ends[flow] - hit.leads[flow])
     return hit.leads[flow] + round((recorded_left - left) / rate)
