@@ -69,9 +69,9 @@ LINK_BOUND = 0.98     # a flow whose frames and the ACKs crossing its link fill 
 # on moe-bench, 1 us steps let 66-68 all-to-alls replay cold (3.6x fewer events than stock), 10
 # us steps 95-105 (4.1x, 4.7x) at the same errors, and no age at all the same as 10 us.
 AGE_STEP_NS = 10_000
-# Episode labels give a flow's bytes left in steps of this, and flows that have delivered less
-# its size (_clock_on_record). Exact bytes told apart all-to-alls whose hosts joined a few tens of
-# ns apart: on moe-bench-dcqcn 4.7x fewer events than stock cold and 7.1x warm, 6.4x and 9.2x
+# Episode labels give a flow's bytes left in steps of this (a flow that has delivered less than a
+# step: its size; _clock_on_record). Exact bytes told apart all-to-alls whose hosts joined a few
+# tens of ns apart: on moe-bench-dcqcn 4.7x fewer events than stock cold and 7.1x warm, 6.4x and 9.2x
 # with 4 KB steps at the same errors (16 KB: 7.0x and 10.5x, but moe-bench-hpcc's warm p99 went
 # 4.7 % -> 6.3 % for 8.0x -> 8.4x).
 LEFT_STEP = 4096
@@ -899,13 +899,12 @@ class FastForward:
                                {f: self._episode_label(f, left[f], now) for f in flows})
         hit = next(iter(self.memo.lookup(graph)), None)
         leads = {f: (now - self.head_since[f]) % AGE_STEP_NS for f in flows}
-        if hit is not None:
-            leads = {f: _clock_on_record(hit, f, self.flow_sizes[f], left[f], leads[f]) for f in flows}
         if hit is None:
             episode = Episode(graph, now, left, {f: int(self.table.GetDelivered(f)) for f in flows}, leads)
             for f in flows:
                 self.episode_of[f] = episode
             return False
+        leads = {f: _clock_on_record(hit, f, self.flow_sizes[f], left[f], leads[f]) for f in flows}
         self.memo.stats.applied_episode += 1
         rates = {f: left[f] / max(1, hit.ends[f]) for f in flows}
         self._freeze(part, self.state[part.id], Frozen(group=-1, since_ns=now, until_ns=NEVER, rates=rates,
