@@ -58,7 +58,8 @@ def _measure(stock: api.RunResult, run: api.RunResult) -> dict:
     return {"loop_s": run.summary["wall_s"]["loop"], "speedup_loop": c["speedup_loop"],
             "fct_error": c["fct_error"], "service_error": c["service_error"],
             "iteration_error_max": c["iteration_error_max"],
-            "skipped_fraction": c["skipped_fraction"], "hits": memo.get("hits"),
+            "skipped_fraction": c["skipped_fraction"], "simulated_by_collective": c["simulated_by_collective"],
+            "hits": memo.get("hits"),
             "lookups": memo.get("lookups"), "records_written": memo.get("records_written")}
 
 

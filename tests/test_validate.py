@@ -100,6 +100,21 @@ def test_report_renders_accel_counters_and_iterations():
     assert all(f"({p})" in md for p in PLOTS) and "noise floor" not in md
 
 
+def test_report_shows_the_bytes_simulated_by_collective():
+    ref = result({0: 100, 1: 100, 2: 100}, 2.0, 3.0, 100)
+    cand = result({0: 101, 1: 100, 2: 100}, 1.0, 2.0, 40)
+    cand.flows = cand.flows.assign(collective=["ring", "ring", "a2a"], size_bytes=[4_000_000, 4_000_000, 500_000],
+                                   bytes_skipped=[3_600_000, 4_000_000, 0])
+    v = {"scenario": "hand", "fingerprint": "f" * 64, "candidate": "accel", "machine": machine(),
+         **compare(ref, cand), "stock": ref.summary, "accel": cand.summary}
+    assert v["simulated_by_collective"] == [
+        {"collective": "a2a", "flows": 1, "bytes": 500_000, "simulated_bytes": 500_000},
+        {"collective": "ring", "flows": 2, "bytes": 8_000_000, "simulated_bytes": 400_000}]
+    md = render_markdown(v, PLOTS)
+    assert "| ring | 2 | 8.0 | 0.4 | 5.000 % |" in md and "| all | 3 | 8.5 | 0.9 | 10.588 % |" in md
+    assert compare(ref, ref)["simulated_by_collective"] is None   # hand tables without the columns
+
+
 def test_timeline_draws_partitions(tmp_path):
     partitions = pd.DataFrame({"partition": [0, 0, 1], "start_ns": [0, 5000, 2000],
                                "end_ns": [5000, 9000, 8000], "mode": ["simulate", "frozen", "simulate"],
@@ -156,6 +171,8 @@ def test_cli_validate_accel_with_the_nudge_floor(tmp_path):
               - pd.read_csv(tmp_path / "stock" / "flows.csv").start_ns)
     assert sorted(starts) == [0] * 7 + [1]      # only the first flow released moved, by 1 ns
     assert v["nudge_floor"]["fct_error"]["max"] >= 0 and "nudge floor" in (tmp_path / "report.md").read_text()
+    simulated = sum(r["simulated_bytes"] for r in v["simulated_by_collective"])
+    assert simulated == v["accel"]["accel"]["bytes_simulated"]
 
 
 def test_cli_validate_with_the_jitter_floor(tmp_path):

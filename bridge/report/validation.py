@@ -76,6 +76,18 @@ def _matched_errors(reference: pd.DataFrame, candidate: pd.DataFrame, key: str, 
     return both
 
 
+def simulated_by_collective(flows: pd.DataFrame) -> list[dict] | None:
+    """Per collective of a run's flows (`flow` for loose ones): how many, their bytes, and the bytes
+    their packets carried in ns-3, not skipped: where an accelerated run still simulates. None for a
+    table without those columns."""
+    if not {"collective", "size_bytes", "bytes_skipped"} <= set(flows.columns):
+        return None
+    simulated = flows.assign(simulated=flows.size_bytes - flows.bytes_skipped)
+    return [{"collective": name, "flows": len(group), "bytes": int(group.size_bytes.sum()),
+             "simulated_bytes": int(group.simulated.sum())}
+            for name, group in simulated.groupby("collective", sort=True)]
+
+
 def compare(reference: RunResult, candidate: RunResult) -> dict:
     """Speedups, FCT and iteration-time errors and skipped events of candidate against reference.
 
@@ -93,6 +105,7 @@ def compare(reference: RunResult, candidate: RunResult) -> dict:
         "service_error": error_stats(service_errors(reference.flows, candidate.flows).error),
         "iteration_error_max": float(iters.error.max()) if iters is not None and len(iters) else None,
         "skipped_fraction": 1 - cand_s["events"] / ref_s["events"] if ref_s["events"] else None,
+        "simulated_by_collective": simulated_by_collective(candidate.flows),
         "flows": len(ids),
         "matched": len(errors),
         "unmatched": len(ids) - len(errors),
@@ -224,6 +237,14 @@ def render_markdown(v: dict, plots: list[str]) -> str:
                         {True: "yes", False: "no", None: "n/a"}[inside]]
             rows.append(row)
         out += _table(header, rows)
+    if v.get("simulated_by_collective"):
+        out += ["", "## Bytes simulated, by collective", ""]
+        rows = v["simulated_by_collective"]
+        total = {"collective": "all", "flows": sum(r["flows"] for r in rows),
+                 "bytes": sum(r["bytes"] for r in rows), "simulated_bytes": sum(r["simulated_bytes"] for r in rows)}
+        out += _table(["collective", "flows", "MB", f"MB simulated ({label})", "simulated"],
+                      [[r["collective"], r["flows"], f"{r['bytes'] / 1e6:,.1f}", f"{r['simulated_bytes'] / 1e6:,.1f}",
+                        _pct(r["simulated_bytes"] / r["bytes"] if r["bytes"] else None)] for r in [*rows, total]])
     if isinstance(cand.get("accel"), dict):
         out += ["", "## Acceleration counters", ""]
         out += _table(["counter", "value"],
