@@ -412,6 +412,22 @@ def test_an_intact_but_inconsistent_record_is_skipped_with_a_warning(tmp_path):
     assert "flow 0 has 1 progress times but 0 sizes" in warnings[0]
 
 
+def test_an_episode_record_whose_flow_clock_starts_past_its_end_is_skipped(tmp_path):
+    flows, cg = incast(0, labels=("E1|a", "E2|b", "E3|c"))
+    store = MemoStore(tmp_path / "m.whdb")
+    Memo(store, "fp", "t", warn=print).record(cg, 50_000, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {},
+                                              ends=dict(zip(flows, (30_000, 50_000, 40_000))),
+                                              leads=dict.fromkeys(flows, 500))
+    bad = MemoStore(tmp_path / "m.whdb").load().records[0]
+    bad.flows[1].lead_ns = bad.flows[1].end_ns + 1
+    bad.transient_ns += 1                                    # (another record id)
+    store.append(bad)
+    warnings = []
+    loaded = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "t", warn=warnings.append)
+    assert loaded.stats.records_loaded == 1
+    assert len(warnings) == 1 and "flow 1's clock at the start is not within its episode" in warnings[0]
+
+
 # Episodes are for flows too short to be frozen steady: with min_freeze 30 us, those with less
 # than 64 KiB + 30 us at 100 Gbps (439 KB) left, so tiny-memo-rdma's 400 KB flows.
 LONGER_FREEZES = {"min_freeze": "30us"}
