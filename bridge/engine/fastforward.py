@@ -921,7 +921,7 @@ class FastForward:
         line_bps = self.line_rate[conn] * 8e9
         rate, target = (rate_bin(float(x), line_bps, self.spec.memo_bins) for x in self._cc_buf[:2])
         size = self.flow_sizes[flow]
-        bytes_left = f"N{size}" if size - left < LEFT_STEP else f"E{round(left / LEFT_STEP)}"
+        bytes_left = f"N{size}" if _under_a_step(size, left) else f"E{round(left / LEFT_STEP)}"
         return f"{bytes_left}/{age}/{rate}/{target}|{self.path_labels[conn]}"
 
     def _episode_flow_ended(self, flow: int, now: int, successor: int | None) -> None:
@@ -1094,6 +1094,11 @@ def _spread(rates: np.ndarray) -> float:
     return float((rates.max() - rates.min()) / mean) if mean > 0 else float("inf")
 
 
+def _under_a_step(size: int, left: int) -> bool:
+    """A flow that has delivered less than LEFT_STEP: labelled by its size, placed by its age."""
+    return size - left < LEFT_STEP
+
+
 def _clock_on_record(hit: Transient, flow: int, size: int, left: int, lead: int) -> int:
     """Where a replayed flow of `size` bytes with `left` left, `lead` ns into its age step, stands
     on its recorded clock. One that has delivered less than LEFT_STEP, or the recorded flow's bytes,
@@ -1102,7 +1107,7 @@ def _clock_on_record(hit: Transient, flow: int, size: int, left: int, lead: int)
     recorded flow had no bytes left (no rate to place it by). Else where the recorded flow, at its
     mean rate to its end, had `left` bytes left."""
     recorded_left = hit.bytes[flow]
-    if size - left < LEFT_STEP or left == recorded_left or recorded_left == 0:
+    if _under_a_step(size, left) or left == recorded_left or recorded_left == 0:
         return lead
     rate = recorded_left / max(1, hit.ends[flow] - hit.leads[flow])
     return hit.leads[flow] + round((recorded_left - left) / rate)
