@@ -41,6 +41,14 @@ enum Flags : uint8_t
     FLAG_LAST = 4, //!< the QP's last byte so far: ACK it at once
 };
 
+enum CcMode : uint32_t // CC_MODE values, as the reference's
+{
+    CC_DCQCN = 1,
+    CC_HPCC = 3,
+    CC_TIMELY = 7,
+    CC_DCTCP = 8,
+};
+
 constexpr uint16_t PPP_IPV4 = 0x0021; // the stock PPP header only carries IPv4/IPv6
 constexpr uint16_t ETHER_IPV4 = 0x0800;
 constexpr uint32_t PPP_BYTES = 2;
@@ -52,7 +60,7 @@ constexpr uint32_t NCLASS = 8;
 class RdmaHeader : public Header
 {
   public:
-    static constexpr uint32_t FIXED = 32;
+    static constexpr uint32_t FIXED = 36;
     uint8_t type = DATA;
     uint8_t flags = 0;
     uint8_t cls = 0;
@@ -64,6 +72,7 @@ class RdmaHeader : public Header
     uint64_t seq = 0;    //!< DATA: first byte; ACK/NACK: next expected byte; PFC: 1 pause, 0 resume
     uint16_t len = 0;    //!< DATA payload bytes
     uint16_t wireBytes = FIXED;
+    uint32_t ts = 0;     //!< TIMELY: the data frame's send time (ns, mod 2^32), echoed by its ACK
 
     static TypeId GetTypeId()
     {
@@ -89,6 +98,7 @@ class RdmaHeader : public Header
         it.WriteHtonU64(seq);
         it.WriteHtonU16(len);
         it.WriteHtonU16(wireBytes);
+        it.WriteHtonU32(ts);
         if (wireBytes > FIXED)
         {
             it.WriteU8(0, wireBytes - FIXED);
@@ -109,6 +119,7 @@ class RdmaHeader : public Header
         seq = it.ReadNtohU64();
         len = it.ReadNtohU16();
         wireBytes = it.ReadNtohU16();
+        ts = it.ReadNtohU32();
         return wireBytes;
     }
 
@@ -391,6 +402,15 @@ class RdmaFabric
     // HPCC
     void HpccAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h);
     void ChangeRate(RdmaQp* qp, double rate);
+    // TIMELY, DCTCP
+    void TimelyAck(RdmaQp* qp, const RdmaHeader& h);
+    void DctcpAck(RdmaQp* qp, const RdmaHeader& h);
+
+    /// Data-frame bytes beyond the fixed overhead: HPCC's telemetry, TIMELY's send time.
+    uint32_t ExtraDataBytes() const
+    {
+        return cfg.ccMode == CC_HPCC ? cfg.intBytes : cfg.ccMode == CC_TIMELY ? cfg.timestampBytes : 0;
+    }
 
     uint32_t ClassOf(uint8_t type, uint8_t cls) const
     {
@@ -798,7 +818,7 @@ RdmaFabric::SwitchDequeue(uint32_t port)
                 p->AddHeader(h);
                 p->AddHeader(ppp);
             }
-            if (cfg.ccMode == 3)
+            if (cfg.ccMode == CC_HPCC)
             {
                 IntStack& stack = telemetry[p->GetUid()];
                 if (stack.nHops < MAX_INT_HOPS)
@@ -870,6 +890,13 @@ RdmaFabric::ResetCc(RdmaQp* qp)
     qp->incStage = 0;
     qp->lastUpdateSeq = 0;
     qp->nHops = 0;
+    qp->lastRttNs = 0;
+    qp->rttDiffNs = 0;
+    qp->ecnAcks = 0;
+    qp->windowPackets = 0;
+    qp->cwr = false;
+    qp->highSeq = 0;
+    qp->ccStartSeq = qp->sndUna;
 }
 
 uint64_t
@@ -970,14 +997,18 @@ RdmaFabric::MakeData(RdmaQp* qp)
     h.qpn = qp->id;
     h.seq = qp->sndNxt;
     h.len = uint16_t(payload);
-    h.wireBytes = uint16_t(cfg.dataOverheadBytes - PPP_BYTES + (cfg.ccMode == 3 ? cfg.intBytes : 0));
+    h.wireBytes = uint16_t(std::max<uint32_t>(RdmaHeader::FIXED, cfg.dataOverheadBytes - PPP_BYTES + ExtraDataBytes()));
+    if (cfg.ccMode == CC_TIMELY)
+    {
+        h.ts = uint32_t(Simulator::Now().GetNanoSeconds()); // the device sends it now: the queue built it on dequeue
+    }
     if (qp->sndNxt + payload == qp->size)
     {
         h.flags |= FLAG_LAST;
     }
     Ptr<Packet> p = Create<Packet>(payload);
     p->AddHeader(h);
-    if (cfg.ccMode == 3)
+    if (cfg.ccMode == CC_HPCC)
     {
         telemetry[p->GetUid()] = IntStack();
     }
@@ -1076,7 +1107,7 @@ RdmaFabric::HostReceive(uint32_t port, Ptr<Packet> p, const RdmaHeader& h)
     {
         ReceiveAck(p, h);
     }
-    if (cfg.ccMode == 3)
+    if (cfg.ccMode == CC_HPCC)
     {
         telemetry.erase(p->GetUid()); // it has arrived: its telemetry was read or copied
     }
@@ -1136,11 +1167,12 @@ RdmaFabric::SendControl(uint32_t port, const RdmaHeader& data, uint8_t type, uin
     h.dport = data.sport;
     h.qpn = data.qpn;
     h.seq = seq;
+    h.ts = data.ts;
     h.wireBytes = uint16_t(std::max<uint32_t>(RdmaHeader::FIXED,
-                                              cfg.ackBytes - PPP_BYTES + (cfg.ccMode == 3 ? cfg.intBytes : 0)));
+                                              cfg.ackBytes - PPP_BYTES + (cfg.ccMode == CC_HPCC ? cfg.intBytes : 0)));
     Ptr<Packet> p = Create<Packet>();
     p->AddHeader(h);
-    if (cfg.ccMode == 3)
+    if (cfg.ccMode == CC_HPCC)
     {
         telemetry[p->GetUid()] = telemetry[dataPacket->GetUid()];
     }
@@ -1161,13 +1193,21 @@ RdmaFabric::ReceiveAck(Ptr<Packet> p, const RdmaHeader& h)
     {
         ResetCc(qp); // idle: the next flow starts like a new QP, as the reference's one QP per flow
     }
-    else if (cfg.ccMode == 1 && (h.flags & FLAG_CNP))
+    else if (cfg.ccMode == CC_DCQCN && (h.flags & FLAG_CNP))
     {
         CnpReceived(qp);
     }
-    else if (cfg.ccMode == 3)
+    else if (cfg.ccMode == CC_HPCC)
     {
         HpccAck(qp, p, h);
+    }
+    else if (cfg.ccMode == CC_TIMELY)
+    {
+        TimelyAck(qp, h);
+    }
+    else if (cfg.ccMode == CC_DCTCP)
+    {
+        DctcpAck(qp, h);
     }
     Kick(qp->port);
 }
@@ -1398,6 +1438,87 @@ RdmaFabric::HpccAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h)
     }
 }
 
+// ---- TIMELY and DCTCP (rate-based, as the reference: the new rate applies from the next packet) ---
+
+void
+RdmaFabric::TimelyAck(RdmaQp* qp, const RdmaHeader& h)
+{
+    if (h.seq <= qp->lastUpdateSeq)
+    {
+        return; // once per window: no reaction in between
+    }
+    int64_t now = Simulator::Now().GetNanoSeconds();
+    int64_t rtt = int64_t(uint32_t(uint32_t(now) - h.ts));
+    if (now - rtt < qp->frozenFromNs)
+    {
+        rtt -= qp->frozenShiftNs; // sent before a freeze, acknowledged after it
+    }
+    if (qp->lastUpdateSeq != 0) // the first window only takes a sample
+    {
+        double diff = (1 - cfg.timelyAlpha) * qp->rttDiffNs + cfg.timelyAlpha * double(rtt - qp->lastRttNs);
+        double gradient = diff / double(cfg.timelyMinRttNs);
+        bool decrease = rtt >= cfg.timelyTLowNs && (rtt > cfg.timelyTHighNs || gradient > 0);
+        if (decrease)
+        {
+            double cut = rtt > cfg.timelyTHighNs ? 1 - cfg.timelyBeta * (1 - double(cfg.timelyTHighNs) / double(rtt))
+                                                 : std::max(0.0, 1 - cfg.timelyBeta * gradient);
+            qp->rate = std::max(double(cfg.minRateBps), qp->refRate * cut);
+            qp->incStage = 0;
+        }
+        else
+        {
+            double step = double(qp->incStage < 5 ? cfg.rateAiBps : cfg.rateHaiBps);
+            qp->rate = std::min(qp->maxRate, qp->refRate + step);
+            qp->incStage++;
+        }
+        qp->refRate = qp->rate;
+        qp->rttDiffNs = diff;
+    }
+    if (qp->sndNxt > qp->lastUpdateSeq)
+    {
+        qp->lastUpdateSeq = qp->sndNxt;
+        qp->lastRttNs = rtt;
+    }
+}
+
+void
+RdmaFabric::DctcpAck(RdmaQp* qp, const RdmaHeader& h)
+{
+    bool marked = h.flags & FLAG_CNP;
+    qp->ecnAcks += marked;
+    bool newWindow = h.seq > qp->lastUpdateSeq;
+    if (newWindow)
+    {
+        // alpha follows the fraction of the last window's packets whose ACKs echoed a mark
+        if (qp->lastUpdateSeq != 0)
+        {
+            double marks = std::min(1.0, double(qp->ecnAcks) / double(qp->windowPackets));
+            qp->alpha = (1 - cfg.ewmaGain) * qp->alpha + cfg.ewmaGain * marks;
+            qp->ecnAcks = 0;
+            qp->windowPackets = (qp->sndNxt - h.seq) / cfg.payloadBytes + 1;
+        }
+        else
+        {
+            qp->windowPackets = (qp->sndNxt - qp->ccStartSeq) / cfg.payloadBytes + 1;
+        }
+        qp->lastUpdateSeq = qp->sndNxt;
+    }
+    if (qp->cwr && h.seq > qp->highSeq)
+    {
+        qp->cwr = false;
+    }
+    if (marked && !qp->cwr)
+    {
+        qp->rate = std::max(double(cfg.minRateBps), qp->rate * (1 - qp->alpha / 2));
+        qp->cwr = true; // once per window of data
+        qp->highSeq = qp->sndNxt;
+    }
+    if (!qp->cwr && newWindow)
+    {
+        qp->rate = std::min(qp->maxRate, qp->rate + double(cfg.dctcpRateAiBps));
+    }
+}
+
 // ---- RdmaQp -------------------------------------------------------------------------------------
 
 uint32_t
@@ -1407,22 +1528,31 @@ RdmaQp::GetCongestionState(double* out, uint32_t cap) const
     {
         return 0;
     }
-    bool hpcc = fabric->cfg.ccMode == 3;
+    uint32_t mode = fabric->cfg.ccMode;
     out[0] = rate;
-    out[1] = hpcc ? refRate : targetRate;
-    out[2] = hpcc ? u : alpha;
+    out[1] = mode == CC_HPCC || mode == CC_TIMELY ? refRate : mode == CC_DCTCP ? rate : targetRate;
+    out[2] = mode == CC_HPCC ? u : mode == CC_TIMELY ? double(lastRttNs) : alpha;
     return 3;
 }
 
 void
 RdmaQp::SetCongestionState(double newRate, double target, double newAlpha)
 {
-    bool hpcc = fabric->cfg.ccMode == 3;
+    uint32_t mode = fabric->cfg.ccMode;
     rate = std::clamp(newRate, double(fabric->cfg.minRateBps), maxRate);
-    (hpcc ? refRate : targetRate) = std::clamp(target, double(fabric->cfg.minRateBps), maxRate);
-    if (newAlpha >= 0)
+    double& reference = mode == CC_HPCC || mode == CC_TIMELY ? refRate : targetRate; // (DCTCP: unused)
+    reference = std::clamp(target, double(fabric->cfg.minRateBps), maxRate);
+    if (newAlpha < 0)
     {
-        (hpcc ? u : alpha) = newAlpha;
+        return;
+    }
+    if (mode == CC_TIMELY)
+    {
+        lastRttNs = int64_t(newAlpha);
+    }
+    else
+    {
+        (mode == CC_HPCC ? u : alpha) = newAlpha;
     }
 }
 

@@ -1,5 +1,5 @@
-// RDMA (RoCEv2-style) transport on stock PointToPointNetDevice/Channel: queue pairs with DCQCN or
-// HPCC rate control at the hosts, switches with a shared-buffer MMU, PFC, ECN at dequeue and HPCC
+// RDMA (RoCEv2-style) transport on stock PointToPointNetDevice/Channel: queue pairs with DCQCN,
+// HPCC, TIMELY or DCTCP rate control at the hosts, switches with a shared-buffer MMU, PFC, ECN at dequeue and HPCC
 // in-band telemetry. Written to the behaviour of the HPCC paper's simulator (the field's reference,
 // see shared/reference/rdma-notes.md) so its configs and FCTs carry over.
 //
@@ -29,7 +29,7 @@ namespace wormhole
 /// Settings named after the reference simulator's config keys (units: ns, bps, bytes).
 struct RdmaConfig
 {
-    uint32_t ccMode = 1;                //!< CC_MODE: 1 DCQCN, 3 HPCC
+    uint32_t ccMode = 1;                //!< CC_MODE: 1 DCQCN, 3 HPCC, 7 TIMELY, 8 DCTCP (rate-based)
     uint32_t payloadBytes = 1000;       //!< PACKET_PAYLOAD_SIZE
     uint64_t bufferBytes = 32u << 20;   //!< BUFFER_SIZE (MiB in the config) per switch
     bool enableEcn = true;              //!< ENABLE_QCN: switches mark CE
@@ -50,6 +50,16 @@ struct RdmaConfig
     double uTarget = 0.95;                  //!< U_TARGET
     uint32_t miThresh = 0;                  //!< MI_THRESH
     bool fastReact = true;                  //!< FAST_REACT
+    // TIMELY (RATE_AI, RATE_HAI after 5 increases in a row, MIN_RATE; the reference's attribute
+    // defaults, which its config cannot set)
+    double timelyAlpha = 0.875;             //!< EWMA weight of the newest RTT difference
+    double timelyBeta = 0.8;                //!< multiplicative decrease factor
+    int64_t timelyTLowNs = 50000;           //!< below: increase whatever the gradient
+    int64_t timelyTHighNs = 500000;         //!< above: decrease by the RTT's excess
+    int64_t timelyMinRttNs = 20000;         //!< normalizes the RTT gradient
+    uint32_t timestampBytes = 8;            //!< TIMELY: a data frame carries its send time
+    // DCTCP (rate-based; EWMA_GAIN, MIN_RATE)
+    uint64_t dctcpRateAiBps = 1000000000;   //!< DCTCP_RATE_AI: additive increase per window
     // Window (both modes)
     bool hasWin = true;                     //!< HAS_WIN: window = BDP
     bool globalT = true;                    //!< GLOBAL_T: the largest BDP/RTT over host pairs
@@ -96,7 +106,8 @@ class RdmaQp
 {
   public:
     bool IsConnected() const { return true; } //!< no handshake (matches FlowSender's interface)
-    /// {rate bps, DCQCN target rate bps (HPCC: reference rate), DCQCN alpha (HPCC: U)}; returns 3.
+    /// {rate bps, DCQCN target rate bps (HPCC and TIMELY: reference rate, DCTCP: the rate),
+    /// DCQCN and DCTCP alpha (HPCC: U, TIMELY: the last RTT sample, ns)}; returns 3.
     uint32_t GetCongestionState(double* out, uint32_t cap) const;
     /// Set a memoized congestion state (values as GetCongestionState; alpha < 0 leaves it).
     void SetCongestionState(double rate, double target, double alpha);
@@ -158,8 +169,17 @@ class RdmaQp
     uint64_t lastUpdateSeq = 0;
     uint32_t nHops = 0;
     Hop hops[8];
-    int64_t frozenFromNs = 0; //!< last freeze: telemetry stamped before it is read shifted
+    int64_t frozenFromNs = 0; //!< last freeze: telemetry and timestamps from before it are read shifted
     int64_t frozenShiftNs = 0;
+    // TIMELY (refRate, incStage and lastUpdateSeq as HPCC)
+    int64_t lastRttNs = 0;
+    double rttDiffNs = 0;
+    // DCTCP (alpha as DCQCN; lastUpdateSeq as HPCC)
+    uint64_t ecnAcks = 0;             //!< ACKs echoing a mark since the window began
+    uint64_t windowPackets = 0;       //!< packets the window's ACKs cover
+    bool cwr = false;                 //!< cut once in this window: no other cut until highSeq is acked
+    uint64_t highSeq = 0;
+    uint64_t ccStartSeq = 0;          //!< stream offset where its congestion control last started afresh
 };
 
 /// Builds an RDMA network and exposes the port view the engine and the tag simulator use.

@@ -1,5 +1,5 @@
 """The RDMA transport on real ns-3: the reference's own cases, PFC, loss recovery, DCQCN, HPCC,
-the shared buffer under a freeze, and runs through the engine."""
+TIMELY, DCTCP, the shared buffer under a freeze, and runs through the engine."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from bridge import api
 from bridge.ns3.network import build_network, configure_transport
@@ -71,10 +72,12 @@ class Fabric:
     """A built RDMA network with the flow manager's calls at hand."""
 
     def __init__(self, h, case: str, parameters: dict, rto: int = 0, cc: str = "dcqcn"):
+        # The cases have configs for DCQCN and HPCC; TIMELY and DCTCP run on the DCQCN one's keys.
+        config = CASES / case / f"config_{cc}.txt"
         scenario = parse_scenario_dict(
             {"name": case, "topology": {"kind": "hpcc", "file": str(CASES / case / "topology.txt")},
-             "transport": {"kind": "rdma", "config": str(CASES / case / f"config_{cc}.txt"),
-                           "parameters": parameters, "rto": rto},
+             "transport": {"kind": "rdma", "config": str(config if config.exists() else config.with_name("config_dcqcn.txt")),
+                           "cc": cc, "parameters": parameters, "rto": rto},
              "flows": [{"src": 1, "dst": 0, "size": 1}]}, None)
         self.h = h
         self.topo = build_topology(scenario.topology)
@@ -97,6 +100,12 @@ class Fabric:
 
     def rate(self, conn: int) -> float:
         return float(self.fm.GetSender(conn).GetRateBps())
+
+    def state(self, conn: int) -> list[float]:
+        """The QP's three congestion-state numbers (see RdmaQp::GetCongestionState)."""
+        buf = np.zeros(3)
+        self.fm.GetSender(conn).GetCongestionState(buf, 3)
+        return buf.tolist()
 
     def end(self, flow: int) -> int:
         return int(self.table.GetEndNs(flow))
@@ -174,6 +183,72 @@ def test_hpcc_holds_the_bottleneck_at_its_target_and_a_lone_flow_at_line_rate(fa
     assert qp.GetSndNxt() - qp.GetSndUna() <= bdp * f.rate(a) / (100 * GBPS) + 1100
     f.run_until(2_500_000)  # b is done: a alone climbs back to line rate
     assert f.rate(a) > 0.95 * 100 * GBPS
+
+
+def test_timely_cuts_rate_as_the_rtt_rises_and_climbs_back_alone(fabric):
+    """Without a window (as the reference's run.py runs TIMELY), a 2-to-1 incast queues at the
+    switch: the RTT rises past its low threshold and its gradient cuts both rates, which share the
+    bottleneck; the queue never drops a packet (PFC). Alone again, the long flow's RTT falls below
+    TLow and it climbs back to line rate (RATE_AI, then RATE_HAI after five increases)."""
+    f = fabric("incast2", {"HAS_WIN": 0, "RATE_AI": "1Gb/s", "RATE_HAI": "5Gb/s"}, cc="timely")
+    _, long_conn = f.start(1, 0, 40_000_000)
+    f.run_until(50_000)
+    assert f.rate(long_conn) == 100 * GBPS
+    base_rtt = int(f.net.builder.GetBaseRttNs(1, 0))
+    assert 0 < f.state(long_conn)[2] < 2 * base_rtt   # its last RTT sample: no queue
+    short, short_conn = f.start(2, 0, 10_000_000)
+    rtts, shares = [], []
+    for t in range(100_000, 700_000, 10_000):
+        f.run_until(t)
+        rtts.append(f.state(long_conn)[2])
+        shares.append(f.rate(long_conn) + f.rate(short_conn))
+    assert max(rtts) > 50_000                         # the queue pushed the RTT past TLow
+    assert min(f.rate(long_conn), f.rate(short_conn)) < 60 * GBPS
+    assert np.median(shares) < 150 * GBPS             # cut towards the bottleneck, not 2x line rate
+    f.run_until(3_000_000)
+    assert f.end(short) > 0 and f.net.builder.GetDrops() == 0
+    f.run_until(f.end(short) + 500_000)
+    assert f.rate(long_conn) > 95 * GBPS
+
+
+def test_dctcp_cuts_rate_once_per_window_of_marks_and_recovers(fabric):
+    """DCTCP on queue pairs: a 2-to-1 incast fills the switch queue past K (step marking, pmax 1),
+    marked ACKs cut each rate by alpha / 2 at most once per window, and alpha follows the fraction
+    of marked packets. Alone again, the long flow adds DCTCP_RATE_AI per window back to line rate."""
+    k = {"KMIN_MAP": "1 100000000000 100", "KMAX_MAP": "1 100000000000 100", "PMAX_MAP": "1 100000000000 1.0"}
+    f = fabric("incast2", {"HAS_WIN": 0, "EWMA_GAIN": 0.0625, **k}, cc="dctcp")
+    _, long_conn = f.start(1, 0, 40_000_000)
+    f.run_until(50_000)
+    assert f.rate(long_conn) == 100 * GBPS and f.net.builder.GetEcnMarks() == 0   # alone: no mark
+    short, short_conn = f.start(2, 0, 10_000_000)
+    alphas, totals = [], []
+    for t in range(100_000, 700_000, 10_000):
+        f.run_until(t)
+        alphas.append(f.state(long_conn)[2])
+        totals.append(f.rate(long_conn) + f.rate(short_conn))
+    assert f.net.builder.GetEcnMarks() > 0
+    assert 0 < alphas[-1] < 0.5                        # a fraction of the window's packets marked
+    assert abs(np.median(totals) / (100 * GBPS) - 1) < 0.2
+    f.run_until(3_000_000)
+    assert f.end(short) > 0 and f.net.builder.GetDrops() == 0
+    f.run_until(f.end(short) + 300_000)
+    assert f.rate(long_conn) > 95 * GBPS
+
+
+@pytest.mark.parametrize("cc", ["timely", "dctcp"])
+def test_timely_and_dctcp_run_accelerated_with_memo(cc, tmp_path):
+    """tiny-memo-rdma with TIMELY or DCTCP: the engine freezes, replays records (restoring each
+    CC's state) and every flow ends within 0.5 % of stock."""
+    data = yaml.safe_load((ROOT / "scenarios" / "tiny-memo-rdma.yaml").read_text())
+    data["transport"]["cc"] = cc
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data))
+    stock = api.run(path, tmp_path / "stock")
+    cold = api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "m.whdb")
+    accel = cold.summary["accel"]
+    assert accel["tagging_errors"] == 0 and accel["memo"]["hits"] > 0 and accel["bytes_skipped"] > 0
+    error = (cold.flows.fct_ns - stock.flows.fct_ns).abs() / stock.flows.fct_ns
+    assert error.max() < 0.005, error.tolist()
 
 
 def test_a_frozen_partition_keeps_its_buffer_share_at_the_switch(h):

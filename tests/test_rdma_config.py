@@ -146,7 +146,7 @@ def test_defaults_are_the_reference_values():
         ack_high_prio=False, alpha_resume_interval_ns=1000, rate_decrease_interval_ns=4000,
         rp_timer_ns=900_000, ewma_gain=1 / 256, fast_recovery_times=1, rate_ai_bps=50 * 10**6,
         rate_hai_bps=100 * 10**6, min_rate_bps=100 * 10**6, clamp_target_rate=False,
-        u_target=0.95, mi_thresh=0, fast_react=True, has_win=True, global_t=True, var_win=True,
+        u_target=0.95, mi_thresh=0, fast_react=True, dctcp_rate_ai_bps=1000 * 10**6, has_win=True, global_t=True, var_win=True,
         rate_bound=True, chunk_bytes=4000, ack_interval=1, error_rate_per_link=0.0,
         ecn=DEFAULT_ECN, pause_time_us=5, rto_ns=0, int_multi=1, qlen_mon_start_ns=0, qlen_mon_end_ns=0,
         qlen_mon_interval_ns=1000)
@@ -175,6 +175,33 @@ def test_yaml_rdma_transport_with_config_parameters_and_cc(tmp_path):
     assert load_scenario(_yaml_scenario(tmp_path, "{kind: rdma, parameters: {CC_MODE: 3}}")
                          ).transport.resolved().cc == "hpcc"
     assert load_scenario(_yaml_scenario(tmp_path, "{kind: rdma}")).transport.resolved().cc == "dcqcn"
+
+
+@pytest.mark.parametrize("mode, cc", [(7, "timely"), (8, "dctcp")])
+def test_timely_and_dctcp_configs_parse(tmp_path, mode, cc):
+    path = tmp_path / "config.txt"
+    path.write_text((CASES / "incast2" / "config_dcqcn.txt").read_text()
+                    .replace("CC_MODE 1", f"CC_MODE {mode}").replace("DCTCP_RATE_AI 1000Mb/s", "DCTCP_RATE_AI 615Mb/s")
+                    .replace("TOPOLOGY_FILE incast2", f"TOPOLOGY_FILE {CASES}/incast2")
+                    .replace("FLOW_FILE incast2", f"FLOW_FILE {CASES}/incast2"))
+    c = parse_hpcc_config(path)
+    assert c.cc == cc and c.values["DCTCP_RATE_AI"] == 615 * 10**6
+    assert load_scenario(path).transport.resolved().cc == cc
+
+
+def test_dctcp_defaults_are_what_the_reference_runs_it_with(tmp_path):
+    """With cc dctcp and no config: run.py's alpha gain, additive increase and step marking at
+    3 KB per Gbps; a key given in parameters (or a config file) still wins."""
+    p = load_scenario(_yaml_scenario(tmp_path, "{kind: rdma, cc: dctcp, parameters: {DCTCP_RATE_AI: 1Gb/s}}")
+                      ).transport.resolved()
+    assert (p.ewma_gain, p.dctcp_rate_ai_bps) == (1 / 16, 10**9)
+    assert (100 * 10**9, 300_000, 300_000, 1.0) in p.ecn
+    # from a DCQCN config file, its own values stay
+    q = load_scenario(_yaml_scenario(tmp_path, "{kind: rdma, cc: dctcp, config: incast2/config_dcqcn.txt}")
+                      ).transport.resolved()
+    assert q.ewma_gain == 1 / 256 and (100 * 10**9, 400_000, 1_600_000, 0.2) in q.ecn
+    # and other CCs keep the defaults
+    assert load_scenario(_yaml_scenario(tmp_path, "{kind: rdma, cc: timely}")).transport.resolved().ewma_gain == 1 / 256
 
 
 def test_parameters_change_the_fingerprint(tmp_path):
@@ -217,8 +244,9 @@ def test_parameter_keys_are_the_transport_keys():
 
 @pytest.mark.parametrize("old, new, key, words", [
     ("RATE_AI 50Mb/s", "RATE_AI fifty", "RATE_AI", ["'fifty' is not a rate"]),
-    ("CC_MODE 1", "CC_MODE 7", "CC_MODE", ["7 (TIMELY) is not supported"]),
-    ("CC_MODE 1", "CC_MODE 8", "CC_MODE", ["8 (DCTCP) is not supported"]),
+    ("CC_MODE 1", "CC_MODE 10", "CC_MODE", ["10 (HPCC-PINT) is not supported", "7 = TIMELY"]),
+    ("CC_MODE 1", "CC_MODE 2", "CC_MODE", ["2 is not supported"]),
+    ("DCTCP_RATE_AI 1000Mb/s", "DCTCP_RATE_AI fast", "DCTCP_RATE_AI", ["'fast' is not a rate"]),
     ("CC_MODE 1", "CC_MODE", "CC_MODE", ["missing value"]),
     ("KMAX_MAP 3", "KMAX_MAP 4", "KMAX_MAP", ["says 4 entries"]),
     ("KMAX_MAP 3 25000000000 400 ", "KMAX_MAP 2 ", "KMIN_MAP", ["same rates", "25Gbps"]),
@@ -280,7 +308,7 @@ def test_config_referenced_from_yaml_names_it_relative_to_the_scenario(tmp_path)
      ["not a transport parameter"]),
     ("{kind: rdma, parameters: {KMAX_MAP: '1 100000000000 1600'}}", "transport.parameters.KMAX_MAP",
      ["same rates", "KMIN_MAP (default)"]),
-    ("{kind: rdma, cc: timely}", "transport.cc", ["dcqcn"]),
+    ("{kind: rdma, cc: pint}", "transport.cc", ["dcqcn", "timely"]),
     ("{kind: rdma, mtu: 9000}", "transport.mtu", ["unknown field"]),
     ("{kind: rdma, config: nope.txt}", "transport.config", ["not found"]),
     ("{kind: bbr}", "transport.kind", ["dctcp", "rdma"]),

@@ -24,7 +24,8 @@ When a partition forms and the memo holds an isomorphic one, the partition is fr
 the stored transient plus the steady time after it (none after a truncated record, made on RDMA
 of flows too short to turn steady); at thaw each flow skips its transient bytes and the steady
 bytes after them, and gets the stored congestion state (TCP: cwnd, ssthresh, DCTCP alpha; RDMA:
-the QP's rate, DCQCN target rate and alpha or HPCC reference rate and U). Flows too short even for
+the QP's rate, DCQCN target rate and alpha, HPCC reference rate and U, TIMELY reference rate and last
+RTT, or DCTCP alpha). Flows too short even for
 a truncated record go through its first part only, and keep their own congestion state.
 
 Episodes (RDMA, computed ends): a partition whose flows are all too short to be frozen steady is

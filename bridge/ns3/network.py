@@ -39,7 +39,7 @@ class Ns3Network:
     data_frame_bytes: int = 0
     ack_frame_bytes: int = 0
     acked_per_ack: int = 0
-    utilization_cc: bool = False   # HPCC: rates follow the links' measured utilization
+    utilization_cc: bool = False   # HPCC, TIMELY: rates follow the links' measured utilization or delay
 
     def now_ns(self) -> int:
         return int(self.h.ns.Simulator.Now().GetNanoSeconds())
@@ -95,16 +95,19 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
         builder.Build(topology.n_nodes, is_host, len(links), a, b, rate, delay, config)
         builder.MonitorQueues(params.qlen_mon_start_ns, params.qlen_mon_end_ns, params.qlen_mon_interval_ns)
         flows = h.wh.RdmaFlowManager(builder, n_flows)
-        keys = (("rate_bps", "reference_rate_bps", "u") if config.ccMode == 3
-                else ("rate_bps", "target_rate_bps", "alpha"))
-        telemetry = config.intBytes if config.ccMode == 3 else 0
+        # (DCTCP has no target rate: its rate stands in)
+        keys = {3: ("rate_bps", "reference_rate_bps", "u"),
+                7: ("rate_bps", "reference_rate_bps", "last_rtt_ns")}.get(config.ccMode,
+                                                                           ("rate_bps", "target_rate_bps", "alpha"))
+        telemetry = config.intBytes if config.ccMode == 3 else 0            # on data frames and ACKs
+        timestamp = config.timestampBytes if config.ccMode == 7 else 0      # on data frames
         payload = int(config.payloadBytes)
         acked_per_ack = min(max(int(config.ackIntervalBytes), payload), max(int(config.chunkBytes), payload))
         return Ns3Network(h=h, builder=builder, flows=flows, n_ports=int(builder.GetNPorts()), rdma=True,
                           cc_state_keys=keys, payload_bytes=payload,
-                          data_frame_bytes=payload + config.dataOverheadBytes + telemetry + PPP_HEADER,
+                          data_frame_bytes=payload + config.dataOverheadBytes + telemetry + timestamp + PPP_HEADER,
                           ack_frame_bytes=config.ackBytes + telemetry + PPP_HEADER, acked_per_ack=acked_per_ack,
-                          utilization_cc=config.ccMode == 3)
+                          utilization_cc=config.ccMode in (3, 7))
     config = h.wh.QueueConfig()
     config.queuePackets = transport.queue_size
     config.ecnMarking = transport.kind == "dctcp"

@@ -31,6 +31,7 @@ RDMA_CONFIG_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
     "uTarget": ("u_target", float),
     "miThresh": ("mi_thresh", int),
     "fastReact": ("fast_react", bool),
+    "dctcpRateAiBps": ("dctcp_rate_ai_bps", int),
     "hasWin": ("has_win", bool),
     "globalT": ("global_t", bool),
     "varWin": ("var_win", bool),

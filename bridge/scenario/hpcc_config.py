@@ -34,9 +34,9 @@ _I64 = 2**63 - 1
 _MAX_RATE = 2**64 - 1
 FRAME_OVERHEAD_BYTES = 48  # the reference's data-packet headers: frame = payload + 48
 
-CC_MODES = {"dcqcn": 1, "hpcc": 3}
-_CC_NAMES = {1: "dcqcn", 3: "hpcc"}
-_UNSUPPORTED_CC = {7: "TIMELY", 8: "DCTCP", 10: "HPCC-PINT"}
+CC_MODES = {"dcqcn": 1, "hpcc": 3, "timely": 7, "dctcp": 8}
+_CC_NAMES = {mode: name for name, mode in CC_MODES.items()}
+_UNSUPPORTED_CC = {10: "HPCC-PINT"}
 
 
 # --- the merged parameters ------------------------------------------------------------------
@@ -45,7 +45,7 @@ _UNSUPPORTED_CC = {7: "TIMELY", 8: "DCTCP", 10: "HPCC-PINT"}
 class RdmaParameters:
     """Every RDMA transport parameter in our units (ns, bps, bytes), after all overrides."""
 
-    cc: str                          # "dcqcn" (CC_MODE 1) or "hpcc" (CC_MODE 3)
+    cc: str                          # "dcqcn", "hpcc", "timely" or "dctcp" (CC_MODE 1, 3, 7, 8)
     payload_bytes: int               # PACKET_PAYLOAD_SIZE
     buffer_bytes: int                # BUFFER_SIZE (MiB in the file), per switch
     enable_ecn: bool                 # ENABLE_QCN
@@ -62,6 +62,7 @@ class RdmaParameters:
     u_target: float                  # U_TARGET
     mi_thresh: int                   # MI_THRESH
     fast_react: bool                 # FAST_REACT
+    dctcp_rate_ai_bps: int           # DCTCP_RATE_AI
     has_win: bool                    # HAS_WIN
     global_t: bool                   # GLOBAL_T
     var_win: bool                    # VAR_WIN
@@ -207,7 +208,7 @@ def _cc_mode(tokens: list[str]) -> str:
     mode = _int_token(tok, 0, _U32)
     if mode not in _CC_NAMES:
         name = f" ({_UNSUPPORTED_CC[mode]})" if mode in _UNSUPPORTED_CC else ""
-        raise ValueError(f"{mode}{name} is not supported (expected 1 = DCQCN or 3 = HPCC)")
+        raise ValueError(f"{mode}{name} is not supported (expected 1 = DCQCN, 3 = HPCC, 7 = TIMELY or 8 = DCTCP)")
     return _CC_NAMES[mode]
 
 
@@ -278,6 +279,7 @@ _KEYS: dict[str, tuple[Callable[[list[str]], object], str | None]] = {
     "U_TARGET": (_float(0, 1, lo_open=True), "u_target"),
     "MI_THRESH": (_int(0), "mi_thresh"),
     "FAST_REACT": (_flag, "fast_react"),
+    "DCTCP_RATE_AI": (_rate(0), "dctcp_rate_ai_bps"),
     "HAS_WIN": (_flag, "has_win"),
     "GLOBAL_T": (_flag, "global_t"),
     "VAR_WIN": (_flag, "var_win"),
@@ -298,7 +300,7 @@ _KEYS: dict[str, tuple[Callable[[list[str]], object], str | None]] = {
     "QLEN_MON_INTERVAL": (_int(1), "qlen_mon_interval_ns"),
 }
 # Keys of a config file that are not transport parameters: the run's files and stop time, and
-# what we accept and ignore (monitors, tracing, PINT, DCTCP, the PFC threshold mode).
+# what we accept and ignore (monitors, tracing, PINT, the PFC threshold mode).
 _FILE_KEYS: dict[str, Callable[[list[str]], object]] = {
     "TOPOLOGY_FILE": _text,
     "FLOW_FILE": _text,
@@ -313,7 +315,6 @@ _FILE_KEYS: dict[str, Callable[[list[str]], object]] = {
     "PINT_PROB": _anything,
     "ENABLE_TRACE": _anything,
     "LINK_DOWN": _link_down,
-    "DCTCP_RATE_AI": _rate(0),
 }
 
 PARAMETER_KEYS: frozenset[str] = frozenset(_KEYS)
@@ -341,6 +342,7 @@ DEFAULTS: Mapping[str, object] = MappingProxyType({
     "U_TARGET": 0.95,
     "MI_THRESH": 0,
     "FAST_REACT": True,
+    "DCTCP_RATE_AI": 1000 * 10**6,   # the reference's own fallback
     "HAS_WIN": True,
     "GLOBAL_T": True,
     "VAR_WIN": True,
@@ -359,6 +361,18 @@ DEFAULTS: Mapping[str, object] = MappingProxyType({
     "QLEN_MON_START": 0,
     "QLEN_MON_END": 0,
     "QLEN_MON_INTERVAL": 1000,
+})
+# What the reference's run.py writes for DCTCP where it differs from the defaults above: its alpha
+# gain, additive increase and step marking at K = 3 KB per Gbps (pmax 1). They stand in for the
+# defaults when cc is dctcp; a config file or parameters still override them.
+CC_DEFAULTS: Mapping[str, Mapping[str, object]] = MappingProxyType({
+    "dctcp": MappingProxyType({
+        "EWMA_GAIN": 1 / 16,
+        "DCTCP_RATE_AI": 615 * 10**6,
+        "KMIN_MAP": tuple((g * 10**9, 3000 * g) for g in _ECN_DEFAULTS),
+        "KMAX_MAP": tuple((g * 10**9, 3000 * g) for g in _ECN_DEFAULTS),
+        "PMAX_MAP": tuple((g * 10**9, 1.0) for g in _ECN_DEFAULTS),
+    }),
 })
 
 
@@ -393,7 +407,7 @@ class HpccConfig:
 
     @property
     def cc(self) -> str | None:
-        """CC_MODE as "dcqcn" or "hpcc"; None if the file has none."""
+        """CC_MODE as "dcqcn", "hpcc", "timely" or "dctcp"; None if the file has none."""
         return self.values.get("CC_MODE")  # type: ignore[return-value]
 
     def where(self, key: str) -> str:
@@ -493,7 +507,8 @@ def parse_parameters(parameters: Mapping[object, object]) -> dict[str, object]:
 
 def resolve_rdma(config: HpccConfig | None, parameters: Mapping[str, object], cc: str | None,
                  rto_ns: int = 0, parameters_field: str = "transport.parameters") -> RdmaParameters:
-    """defaults < config file < parameters (parsed, by key) < cc, as one RdmaParameters.
+    """defaults (those of CC_DEFAULTS for the merged cc) < config file < parameters (parsed, by
+    key) < cc, as one RdmaParameters.
 
     Raises ScenarioError (field: the config line or `parameters_field`.KEY) if the merged ECN
     maps disagree (different rates, kmin above kmax).
@@ -507,6 +522,9 @@ def resolve_rdma(config: HpccConfig | None, parameters: Mapping[str, object], cc
     source.update({k: f"{parameters_field}.{k}" for k in parameters})
     if cc is not None:
         merged["CC_MODE"] = cc
+    for key, value in CC_DEFAULTS.get(str(merged["CC_MODE"]), {}).items():
+        if source[key] == "defaults":
+            merged[key] = value
     _check_ecn_maps(merged, source)
     kmin, kmax, pmax = (dict(merged[k]) for k in ECN_KEYS)  # type: ignore[call-overload]
     ecn = tuple((rate, kmin[rate], kmax[rate], pmax[rate]) for rate in sorted(kmin))

@@ -166,7 +166,7 @@ class TransportSpec(_Spec):
 
 
 class RdmaTransportSpec(_Spec):
-    """RoCEv2 queue pairs with DCQCN or HPCC, as the HPCC paper's reference simulator.
+    """RoCEv2 queue pairs with DCQCN, HPCC, TIMELY or DCTCP, as the HPCC paper's reference simulator.
 
     Parameters are the reference's config.txt keys: `config` names such a file, `parameters`
     overrides its keys (same syntax, e.g. {RATE_AI: 40Mb/s, BUFFER_SIZE: 4}), `cc` overrides its
@@ -176,7 +176,7 @@ class RdmaTransportSpec(_Spec):
     """
 
     kind: Literal["rdma"]
-    cc: Literal["dcqcn", "hpcc"] | None = None         # None: CC_MODE of `config`, else dcqcn
+    cc: Literal["dcqcn", "hpcc", "timely", "dctcp"] | None = None  # None: CC_MODE of `config`, else dcqcn
     config: FilePath | None = None                      # a reference config.txt
     parameters: Annotated[
         dict[StrictStr, StrictStr | StrictInt | StrictFloat | StrictBool],
