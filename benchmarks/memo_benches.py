@@ -1,6 +1,7 @@
 """Memoization on the bench scenarios: stock, steady-only, memo with a cold store, memo warm.
 
     python benchmarks/memo_benches.py --out out/memo [names ...]
+    python benchmarks/memo_benches.py --out out/memo --cc dctcp moe-bench-dcqcn
     python benchmarks/memo_benches.py --out out/memo --scaling gpt-bench
     python benchmarks/memo_benches.py --out out/memo --floors [MAX_NS] [--draws K] gpt-bench
 
@@ -14,6 +15,9 @@ mean / p99 (and of service times: FCTs without the wait behind earlier flows of 
 and iteration error against stock, memo hits / lookups, and how many times fewer ns-3
 events each accelerated run executed than stock (deterministic, unlike this machine's wall times).
 Writes OUT/results.json.
+
+--cc runs RDMA scenarios with another congestion control (their transport.cc replaced; rows named
+<name>-<cc>).
 
 --scaling runs the accelerated engine (cold store each) on 1 and on 3 training iterations of each
 scenario: with memo, later iterations reuse the first one's transients, so the cost grows
@@ -43,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from bridge import api
 from bridge.ns3.patches import build_library
 from bridge.report.validation import compare, jitter_floor, noise_floor
+from bridge.scenario.hpcc_config import CC_MODES
 
 BENCHES = ["gpt-bench", "moe-bench"]
 MODES = {"steady": {"memo": False}, "cold": {}, "warm": {}}
@@ -81,6 +86,19 @@ def bench(name: str, out: Path, scenario: Path | None = None) -> dict:
     row["memo_over_steady"] = row["steady"]["loop_s"] / row["cold"]["loop_s"]
     row["warm_over_cold"] = row["cold"]["loop_s"] / row["warm"]["loop_s"]
     return row
+
+
+def with_cc(name: str, cc: str, out: Path) -> tuple[str, Path]:
+    """A copy of scenario `name` in `out` whose RDMA transport runs `cc`, and its row name."""
+    data = yaml.safe_load((ROOT / "scenarios" / f"{name}.yaml").read_text())
+    if data.get("transport", {}).get("kind") != "rdma":
+        raise SystemExit(f"--cc: {name} does not run on RDMA")
+    data["transport"]["cc"] = cc
+    data["name"] = f"{name}-{cc}"
+    path = out / f"{data['name']}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data))
+    return data["name"], path
 
 
 def scaling(name: str, out: Path) -> dict:
@@ -136,7 +154,10 @@ def main() -> None:
     parser.add_argument("--floors", type=int, nargs="?", const=100, metavar="MAX_NS",
                         help="stock against stock nudged by 1 ns and jittered by 0..MAX_NS per flow")
     parser.add_argument("--draws", type=int, default=1, metavar="K", help="--floors: K jittered stock runs")
+    parser.add_argument("--cc", choices=sorted(CC_MODES), help="RDMA scenarios with this congestion control")
     args = parser.parse_args()
+    if args.cc and (args.floors is not None or args.scaling):
+        parser.error("--cc goes with the memo table only")
     build_library()  # a changed patch compiles here, not inside the first timed run
     if args.floors is not None:
         print(f"| scenario | nudge floor: FCT mean / p99, iteration | jitter floor (0-{args.floors} ns, worst of "
@@ -169,7 +190,8 @@ def main() -> None:
           "simulated ends, cold: events x, FCT error mean / p99, iteration error |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.names:
-        r = bench(name, args.out / name)
+        name, scenario = with_cc(name, args.cc, args.out) if args.cc else (name, None)
+        r = bench(name, args.out / name, scenario)
         rows.append(r)
         s, c, w = r["steady"], r["cold"], r["warm"]
         print(f"| {name} | {r['stock_loop_s']:.1f} | {s['loop_s']:.1f} ({s['speedup_loop']:.2f}x) | "
