@@ -1000,7 +1000,9 @@ RdmaFabric::MakeData(RdmaQp* qp)
     h.wireBytes = uint16_t(std::max<uint32_t>(RdmaHeader::FIXED, cfg.dataOverheadBytes - PPP_BYTES + ExtraDataBytes()));
     if (cfg.ccMode == CC_TIMELY)
     {
-        h.ts = uint32_t(Simulator::Now().GetNanoSeconds()); // the device sends it now: the queue built it on dequeue
+        // The device sends it now (the queue built it on dequeue), on a clock that stops while its
+        // partition is frozen: an RTT over any number of freezes is the network's, as in stock.
+        h.ts = uint32_t(Simulator::Now().GetNanoSeconds() - qp->frozenTotalNs);
     }
     if (qp->sndNxt + payload == qp->size)
     {
@@ -1447,12 +1449,7 @@ RdmaFabric::TimelyAck(RdmaQp* qp, const RdmaHeader& h)
     {
         return; // once per window: no reaction in between
     }
-    int64_t now = Simulator::Now().GetNanoSeconds();
-    int64_t rtt = int64_t(uint32_t(uint32_t(now) - h.ts));
-    if (now - rtt < qp->frozenFromNs)
-    {
-        rtt -= qp->frozenShiftNs; // sent before a freeze, acknowledged after it
-    }
+    int64_t rtt = int64_t(uint32_t(uint32_t(Simulator::Now().GetNanoSeconds() - qp->frozenTotalNs) - h.ts));
     if (qp->lastUpdateSeq != 0) // the first window only takes a sample
     {
         double diff = (1 - cfg.timelyAlpha) * qp->rttDiffNs + cfg.timelyAlpha * double(rtt - qp->lastRttNs);
@@ -1582,8 +1579,12 @@ RdmaQp::ShiftTimes(int64_t shiftNs)
     {
         hops[i].timeNs += shiftNs;
     }
-    frozenFromNs = now - shiftNs;
-    frozenShiftNs = shiftNs;
+    if (shiftNs > 0) // a thaw at the freeze's own instant must not hide an earlier freeze from telemetry
+    {
+        frozenFromNs = now - shiftNs;
+        frozenShiftNs = shiftNs;
+    }
+    frozenTotalNs += shiftNs;
     fabric->rx.at(id).nackTimerNs += shiftNs;
     fabric->ports[port].wakeAtPs = std::numeric_limits<int64_t>::max();
 }

@@ -169,8 +169,9 @@ class RdmaQp
     uint64_t lastUpdateSeq = 0;
     uint32_t nHops = 0;
     Hop hops[8];
-    int64_t frozenFromNs = 0; //!< last freeze: telemetry and timestamps from before it are read shifted
+    int64_t frozenFromNs = 0; //!< last freeze: telemetry stamped before it is read shifted
     int64_t frozenShiftNs = 0;
+    int64_t frozenTotalNs = 0; //!< time frozen over all freezes: TIMELY's send times are on a clock without it
     // TIMELY (refRate, incStage and lastUpdateSeq as HPCC)
     int64_t lastRttNs = 0;
     double rttDiffNs = 0;
