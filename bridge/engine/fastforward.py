@@ -319,6 +319,7 @@ class FastForward:
         self.lag_ns: dict[int, float] = {}                # per connection: how long its deliveries lag its sends
         self.hops: dict[int, tuple[list, list]] = {}      # per connection: (port, ns) of its data, its ACK path
         self.next_check_ns = spec.tau * (spec.window + 1)
+        self.all_frozen = False                          # since the last run slice (next_wakeup_ns)
         self.stats = FastForwardStats()
         self._path_buf = np.zeros(256, dtype=np.uint32)
         self._tag_buf = np.zeros(1, dtype=np.uint32)
@@ -467,8 +468,12 @@ class FastForward:
                             min(s.frozen.checks.values(), default=NEVER)) if s.frozen
                        else s.forming.record_ns if s.forming else NEVER
                        for s in self.state.values()), default=NEVER)
+        # The steady test has nothing to look at while every partition is frozen: no wake-up for it
+        # then (on gpt-xl-dcqcn 3,374 of 3,445 tests; wakeup keeps their times as they were).
+        unfrozen = any(s.frozen is None for s in self.state.values())
+        self.all_frozen = bool(self.state) and not unfrozen
         return min(planned, min(self.pending_ends.values(), default=NEVER),
-                   self.next_check_ns if self.enabled and len(self.parts) else NEVER)
+                   self.next_check_ns if self.enabled and unfrozen else NEVER)
 
     def wakeup(self, now: int) -> None:
         """After each run slice: skip-backs, planned thaws, then the steady test if due."""
@@ -489,8 +494,16 @@ class FastForward:
                 else:
                     st.forming.record_ns = NEVER          # too short a transient to be worth a record
         if self.enabled and now >= self.next_check_ns:
-            self.next_check_ns = now + self.spec.tau * max(1, self.spec.window // 2)
-            self._check(now)
+            # A test every `period`, while partitions exist; the first run after none did tests at
+            # once and starts the count again. Those skipped since the last run because every
+            # partition was frozen would have found nothing to do: their count goes on, and one due
+            # now runs.
+            period = self.spec.tau * max(1, self.spec.window // 2)
+            missed = (now - self.next_check_ns) // period if self.all_frozen else 0
+            due = not self.all_frozen or self.next_check_ns + missed * period == now
+            self.next_check_ns = self.next_check_ns + (missed + 1) * period if self.all_frozen else now + period
+            if due:
+                self._check(now)
         self.stats.control_s += time.perf_counter() - t0
 
     def tagging_errors(self) -> int:
