@@ -658,9 +658,14 @@ class FastForward:
 
     def _plan_end(self, frozen: Frozen, flow: int) -> None:
         """Its computed end, and when to check it may stay computed: while it still has `margin`
-        bytes left to send (the connection's bytes in flight, queues included, come on top)."""
+        bytes left to send (the connection's bytes in flight, queues included, come on top). Not
+        if a next flow is queued on its connection: that one takes over, whatever the check finds
+        (and stays queued until this one ends)."""
         frozen.left[flow] = self._left(flow)
         frozen.ends[flow] = end = frozen.end_ns(flow)
+        if self.queued.get(self.conn_of[flow]):
+            frozen.checks.pop(flow, None)
+            return
         tail = self.spec.margin + frozen.in_flight[self.conn_of[flow]]
         frozen.checks[flow] = end - math.ceil(tail / frozen.rate_at(flow, end))
 
