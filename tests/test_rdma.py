@@ -107,6 +107,17 @@ class Fabric:
         self.fm.GetSender(conn).GetCongestionState(buf, 3)
         return buf.tolist()
 
+    def join(self, long_conn: int) -> tuple[int, int, list[float], list[float]]:
+        """Host 2 joins with 10 MB for host 0: its flow and QP, then every 10 us from 100 to 700 us
+        the third state number of `long_conn` and the two QPs' summed rate."""
+        short, short_conn = self.start(2, 0, 10_000_000)
+        thirds, totals = [], []
+        for t in range(100_000, 700_000, 10_000):
+            self.run_until(t)
+            thirds.append(self.state(long_conn)[2])
+            totals.append(self.rate(long_conn) + self.rate(short_conn))
+        return short, short_conn, thirds, totals
+
     def end(self, flow: int) -> int:
         return int(self.table.GetEndNs(flow))
 
@@ -196,12 +207,7 @@ def test_timely_cuts_rate_as_the_rtt_rises_and_climbs_back_alone(fabric):
     assert f.rate(long_conn) == 100 * GBPS
     base_rtt = int(f.net.builder.GetBaseRttNs(1, 0))
     assert 0 < f.state(long_conn)[2] < 2 * base_rtt   # its last RTT sample: no queue
-    short, short_conn = f.start(2, 0, 10_000_000)
-    rtts, shares = [], []
-    for t in range(100_000, 700_000, 10_000):
-        f.run_until(t)
-        rtts.append(f.state(long_conn)[2])
-        shares.append(f.rate(long_conn) + f.rate(short_conn))
+    short, short_conn, rtts, shares = f.join(long_conn)
     assert max(rtts) > 50_000                         # the queue pushed the RTT past TLow
     assert min(f.rate(long_conn), f.rate(short_conn)) < 60 * GBPS
     assert np.median(shares) < 150 * GBPS             # cut towards the bottleneck, not 2x line rate
@@ -220,12 +226,7 @@ def test_dctcp_cuts_rate_once_per_window_of_marks_and_recovers(fabric):
     _, long_conn = f.start(1, 0, 40_000_000)
     f.run_until(50_000)
     assert f.rate(long_conn) == 100 * GBPS and f.net.builder.GetEcnMarks() == 0   # alone: no mark
-    short, short_conn = f.start(2, 0, 10_000_000)
-    alphas, totals = [], []
-    for t in range(100_000, 700_000, 10_000):
-        f.run_until(t)
-        alphas.append(f.state(long_conn)[2])
-        totals.append(f.rate(long_conn) + f.rate(short_conn))
+    short, _, alphas, totals = f.join(long_conn)
     assert f.net.builder.GetEcnMarks() > 0
     assert 0 < alphas[-1] < 0.5                        # a fraction of the window's packets marked
     assert abs(np.median(totals) / (100 * GBPS) - 1) < 0.2
