@@ -96,18 +96,18 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
         builder.MonitorQueues(params.qlen_mon_start_ns, params.qlen_mon_end_ns, params.qlen_mon_interval_ns)
         flows = h.wh.RdmaFlowManager(builder, n_flows)
         # (DCTCP has no target rate: its rate stands in)
-        keys = {3: ("rate_bps", "reference_rate_bps", "u"),
-                7: ("rate_bps", "reference_rate_bps", "last_rtt_ns")}.get(config.ccMode,
-                                                                           ("rate_bps", "target_rate_bps", "alpha"))
-        telemetry = config.intBytes if config.ccMode == 3 else 0            # on data frames and ACKs
-        timestamp = config.timestampBytes if config.ccMode == 7 else 0      # on data frames
+        keys = {"hpcc": ("rate_bps", "reference_rate_bps", "u"),
+                "timely": ("rate_bps", "reference_rate_bps", "last_rtt_ns")}.get(params.cc,
+                                                                                ("rate_bps", "target_rate_bps", "alpha"))
+        telemetry = config.intBytes if params.cc == "hpcc" else 0            # on data frames and ACKs
+        timestamp = config.timestampBytes if params.cc == "timely" else 0    # on data frames
         payload = int(config.payloadBytes)
         acked_per_ack = min(max(int(config.ackIntervalBytes), payload), max(int(config.chunkBytes), payload))
         return Ns3Network(h=h, builder=builder, flows=flows, n_ports=int(builder.GetNPorts()), rdma=True,
                           cc_state_keys=keys, payload_bytes=payload,
                           data_frame_bytes=payload + config.dataOverheadBytes + telemetry + timestamp + PPP_HEADER,
                           ack_frame_bytes=config.ackBytes + telemetry + PPP_HEADER, acked_per_ack=acked_per_ack,
-                          utilization_cc=config.ccMode in (3, 7))
+                          utilization_cc=params.cc in ("hpcc", "timely"))
     config = h.wh.QueueConfig()
     config.queuePackets = transport.queue_size
     config.ecnMarking = transport.kind == "dctcp"
