@@ -74,9 +74,10 @@ class Fabric:
     def __init__(self, h, case: str, parameters: dict, rto: int = 0, cc: str = "dcqcn"):
         # The cases have configs for DCQCN and HPCC; TIMELY and DCTCP run on the DCQCN one's keys.
         config = CASES / case / f"config_{cc}.txt"
+        config = config if config.exists() else config.with_name("config_dcqcn.txt")
         scenario = parse_scenario_dict(
             {"name": case, "topology": {"kind": "hpcc", "file": str(CASES / case / "topology.txt")},
-             "transport": {"kind": "rdma", "config": str(config if config.exists() else config.with_name("config_dcqcn.txt")),
+             "transport": {"kind": "rdma", "config": str(config),
                            "cc": cc, "parameters": parameters, "rto": rto},
              "flows": [{"src": 1, "dst": 0, "size": 1}]}, None)
         self.h = h

@@ -146,8 +146,8 @@ def test_defaults_are_the_reference_values():
         ack_high_prio=False, alpha_resume_interval_ns=1000, rate_decrease_interval_ns=4000,
         rp_timer_ns=900_000, ewma_gain=1 / 256, fast_recovery_times=1, rate_ai_bps=50 * 10**6,
         rate_hai_bps=100 * 10**6, min_rate_bps=100 * 10**6, clamp_target_rate=False,
-        u_target=0.95, mi_thresh=0, fast_react=True, dctcp_rate_ai_bps=1000 * 10**6, has_win=True, global_t=True, var_win=True,
-        rate_bound=True, chunk_bytes=4000, ack_interval=1, error_rate_per_link=0.0,
+        u_target=0.95, mi_thresh=0, fast_react=True, dctcp_rate_ai_bps=1000 * 10**6, has_win=True,
+        global_t=True, var_win=True, rate_bound=True, chunk_bytes=4000, ack_interval=1, error_rate_per_link=0.0,
         ecn=DEFAULT_ECN, pause_time_us=5, rto_ns=0, int_multi=1, qlen_mon_start_ns=0, qlen_mon_end_ns=0,
         qlen_mon_interval_ns=1000)
     assert {f.name for f in dataclasses.fields(RdmaParameters)} >= {"ecn", "rto_ns", "int_multi"}

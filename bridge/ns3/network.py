@@ -97,8 +97,8 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
         flows = h.wh.RdmaFlowManager(builder, n_flows)
         # (DCTCP has no target rate: its rate stands in)
         keys = {"hpcc": ("rate_bps", "reference_rate_bps", "u"),
-                "timely": ("rate_bps", "reference_rate_bps", "last_rtt_ns")}.get(params.cc,
-                                                                                ("rate_bps", "target_rate_bps", "alpha"))
+                "timely": ("rate_bps", "reference_rate_bps", "last_rtt_ns"),
+                }.get(params.cc, ("rate_bps", "target_rate_bps", "alpha"))
         telemetry = config.intBytes if params.cc == "hpcc" else 0            # on data frames and ACKs
         timestamp = config.timestampBytes if params.cc == "timely" else 0    # on data frames
         payload = int(config.payloadBytes)
