@@ -49,6 +49,15 @@ def test_points_are_the_product_in_order_with_stable_ids():
     assert point.data["transport"]["mtu"] == 1500  # the base's other fields are kept
 
 
+def test_every_experiment_file_loads():
+    """The bundled sweeps parse, and each of their points is a valid scenario."""
+    for path in sorted((ROOT / "experiments").glob("*.yaml")):
+        sweep = load_sweep(path)
+        assert sweep.points, path
+    cc = load_sweep(ROOT / "experiments" / "rdma-cc.yaml")
+    assert [p.scenario.transport.cc for p in cc.points] == ["dcqcn", "hpcc", "timely", "dctcp"]
+
+
 def test_several_bases_and_referenced_files(tmp_path):
     path = write_sweep(tmp_path, f"name: s\nbase: [{ROOT}/scenarios/tiny-hpcc/scenario.yaml, {LEAFSPINE}]\n"
                                  "axes: {transport.kind: [newreno]}\n")
