@@ -237,12 +237,11 @@ def test_dctcp_cuts_rate_once_per_window_of_marks_and_recovers(fabric):
     assert f.rate(long_conn) > 95 * GBPS
 
 
-@pytest.mark.parametrize("cc", ["timely", "dctcp"])
-def test_timely_and_dctcp_run_accelerated_with_memo(cc, tmp_path):
-    """tiny-memo-rdma with TIMELY or DCTCP: the engine freezes, replays records (restoring each
-    CC's state) and every flow ends within 0.5 % of stock."""
+def test_dctcp_runs_accelerated_with_memo(tmp_path):
+    """tiny-memo-rdma with DCTCP: the engine freezes, replays records (restoring DCTCP's state)
+    and every flow ends within 0.5 % of stock."""
     data = yaml.safe_load((ROOT / "scenarios" / "tiny-memo-rdma.yaml").read_text())
-    data["transport"]["cc"] = cc
+    data["transport"]["cc"] = "dctcp"
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(data))
     stock = api.run(path, tmp_path / "stock")
@@ -285,6 +284,22 @@ def test_a_frozen_partition_keeps_its_buffer_share_at_the_switch(h):
     finally:
         h.ns.Simulator.Destroy()
         h.ns.GlobalValue.Bind("SimulatorImplementationType", h.ns.StringValue("ns3::DefaultSimulatorImpl"))
+
+
+def test_timely_is_not_frozen(tmp_path):
+    """TIMELY's rates sit at a floor or drift for milliseconds while they pass the steady test
+    (frozen so, tiny-memo-rdma's incasts without a window came out 37 % early, incast16's 25x
+    late): the engine runs it without freezing, says why (stderr, summary.json), and every flow
+    ends as in stock."""
+    data = yaml.safe_load((ROOT / "scenarios" / "tiny-memo-rdma.yaml").read_text())
+    data["transport"].update(cc="timely", parameters={"HAS_WIN": 0})
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data))
+    stock = api.run(path, tmp_path / "stock")
+    accel = api.run(path, tmp_path / "accel", accel=True, cache=tmp_path / "m.whdb")
+    assert accel.summary["mode"] == "accel-no-ff" and accel.summary["accel"]["freezes"] == 0
+    assert "TIMELY's rates" in accel.summary["accel"]["not_frozen_because"]
+    assert accel.flows.end_ns.tolist() == stock.flows.end_ns.tolist()
 
 
 def test_timely_rtts_across_freezes_are_the_networks(h):
