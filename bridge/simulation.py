@@ -152,8 +152,9 @@ def rdma_summary(net) -> dict:
 
 
 def unsettled_reason(scenario: Scenario) -> str | None:
-    """Why the engine must not freeze this scenario's flows, if it must not: their rates drift
-    slower than the steady test's window can see, so a freeze would skip bytes at a wrong rate."""
+    """Why the engine must not freeze this scenario's flows, if it must not: their rates pass the
+    steady test while they are not steady (at a floor, or drifting slower than the test's window
+    can see), so a freeze would skip bytes at a wrong rate."""
     transport = scenario.transport
     if transport.kind == "rdma" and transport.resolved().cc == "timely":
         return ("TIMELY's rates sit at a floor or drift for milliseconds while they look steady over "
