@@ -499,9 +499,12 @@ class FastForward:
             # every partition was frozen (next_wakeup_ns) would have found nothing: their count goes
             # on, and one due right now runs.
             period = self.spec.tau * max(1, self.spec.window // 2)
-            missed = (now - self.next_check_ns) // period if self.all_frozen else 0
-            due = not self.all_frozen or self.next_check_ns + missed * period == now
-            self.next_check_ns = self.next_check_ns + (missed + 1) * period if self.all_frozen else now + period
+            if self.all_frozen:
+                missed = (now - self.next_check_ns) // period
+                due = self.next_check_ns + missed * period == now
+                self.next_check_ns += (missed + 1) * period
+            else:
+                due, self.next_check_ns = True, now + period
             if due:
                 self._check(now)
         self.stats.control_s += time.perf_counter() - t0

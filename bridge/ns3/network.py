@@ -39,7 +39,7 @@ class Ns3Network:
     data_frame_bytes: int = 0
     ack_frame_bytes: int = 0
     acked_per_ack: int = 0
-    utilization_cc: bool = False   # HPCC, TIMELY: rates follow the links' measured utilization or delay
+    utilization_cc: bool = False   # HPCC: rates follow the links' measured utilization
 
     def now_ns(self) -> int:
         return int(self.h.ns.Simulator.Now().GetNanoSeconds())
@@ -107,7 +107,7 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
                           cc_state_keys=keys, payload_bytes=payload,
                           data_frame_bytes=payload + config.dataOverheadBytes + telemetry + timestamp + PPP_HEADER,
                           ack_frame_bytes=config.ackBytes + telemetry + PPP_HEADER, acked_per_ack=acked_per_ack,
-                          utilization_cc=params.cc in ("hpcc", "timely"))
+                          utilization_cc=params.cc == "hpcc")
     config = h.wh.QueueConfig()
     config.queuePackets = transport.queue_size
     config.ecnMarking = transport.kind == "dctcp"
