@@ -154,12 +154,17 @@ def rdma_summary(net) -> dict:
 def unsettled_reason(scenario: Scenario) -> str | None:
     """Why the engine must not freeze this scenario's flows, if it must not: their rates pass the
     steady test while they are not steady (at a floor, or drifting slower than the test's window
-    can see), so a freeze would skip bytes at a wrong rate."""
+    can see), or state the engine does not restore decides them, so a freeze would skip bytes at
+    a wrong rate."""
     transport = scenario.transport
-    if transport.kind == "rdma" and transport.resolved().cc == "timely":
+    cc = transport.resolved().cc if transport.kind == "rdma" else None
+    if cc == "timely":
         return ("TIMELY's rates sit at a floor or drift for milliseconds while they look steady over "
                 "the test's window (frozen so, incast16's flows came out 25x late, tiny-memo-rdma's "
                 "without a window 37 % early)")
+    if cc == "hpcc-pint":
+        return ("HPCC-PINT's utilization lives in the switches' ports, which a thaw or a memo hit "
+                "does not set (freezing it is not built)")
     return None
 
 

@@ -47,7 +47,10 @@ enum CcMode : uint32_t // CC_MODE values, as the reference's
     CC_HPCC = 3,
     CC_TIMELY = 7,
     CC_DCTCP = 8,
+    CC_HPCC_PINT = 10,
 };
+
+constexpr double PINT_MAX_FLOWS = 512; // PINT encodes u * this (the reference's max_concurrent)
 
 constexpr uint16_t PPP_IPV4 = 0x0021; // the stock PPP header only carries IPv4/IPv6
 constexpr uint16_t ETHER_IPV4 = 0x0800;
@@ -130,13 +133,15 @@ class RdmaHeader : public Header
     }
 };
 
-/// HPCC in-band telemetry: one record per switch egress, stamped at the dequeue instant. Kept by
+/// HPCC in-band telemetry: one record per switch egress, stamped at the dequeue instant (HPCC-PINT:
+/// one encoded utilization, the path's largest). Kept by
 /// the fabric per packet uid while the packet is in flight (its bytes on the wire are part of the
 /// header's padding): a packet tag would be serialized and copied at every hop.
 struct IntStack
 {
     uint32_t nHops = 0;
     RdmaQp::Hop hops[MAX_INT_HOPS];
+    uint16_t power = 0; //!< HPCC-PINT: the largest encoded utilization along the path
 };
 
 uint32_t
@@ -249,6 +254,10 @@ class RdmaFabric
         uint64_t headroom = 0;
         uint32_t shift = 3;
         Ptr<UniformRandomVariable> ecnDraw; //!< per port, so marking elsewhere doesn't shift it
+        // HPCC-PINT at a switch egress: utilization (EWMA over the largest base RTT) and the last frame sent
+        double pintU = 0;
+        uint64_t pintLastBytes = 0;
+        int64_t pintLastNs = 0;
         // MMU, per class: this port as ingress (bytes admitted, headroom used, pause sent) and
         // as egress (bytes queued, for ECN).
         uint64_t ingress[NCLASS] = {};
@@ -309,7 +318,9 @@ class RdmaFabric
     uint64_t pfcFrames = 0;
     uint64_t drops = 0;
     uint64_t lost = 0;
-    std::unordered_map<uint64_t, IntStack> telemetry; //!< HPCC: per packet uid in flight
+    std::unordered_map<uint64_t, IntStack> telemetry; //!< HPCC, HPCC-PINT: per packet uid in flight
+    Ptr<UniformRandomVariable> pintDraw;   //!< HPCC-PINT: rounding of encoded utilizations, ACK sampling
+    uint32_t pintMaxPower = 0;             //!< the largest power PINT's field holds
     uint64_t ecnMarks = 0;
     std::vector<PfcEvent> pfcLog;
 
@@ -401,16 +412,32 @@ class RdmaFabric
     void RateIncreaseTimer(RdmaQp* qp);
     // HPCC
     void HpccAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h);
+    void HpccMultiRate(RdmaQp* qp, const IntStack& tag, bool full);
+    void PintAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h);
+    void PintStamp(Port& out, IntStack& stack, uint64_t qlen);
+    uint16_t PintEncode(double u);
+    double PintDecode(uint16_t power) const;
     void ChangeRate(RdmaQp* qp, double rate);
     // TIMELY, DCTCP
     void TimelyAck(RdmaQp* qp, const RdmaHeader& h);
     void DctcpAck(RdmaQp* qp, const RdmaHeader& h);
 
-    /// Data-frame bytes beyond the fixed overhead: HPCC's telemetry, TIMELY's send time.
+    /// Data-frame bytes beyond the fixed overhead: HPCC's telemetry, PINT's field, TIMELY's send time.
     uint32_t ExtraDataBytes() const
     {
-        return cfg.ccMode == CC_HPCC ? cfg.intBytes : cfg.ccMode == CC_TIMELY ? cfg.timestampBytes : 0;
+        return cfg.ccMode == CC_HPCC        ? cfg.intBytes
+               : cfg.ccMode == CC_HPCC_PINT ? cfg.pintBytes
+               : cfg.ccMode == CC_TIMELY    ? cfg.timestampBytes
+                                            : 0;
     }
+
+    /// ACK/NACK bytes beyond ackBytes: the telemetry or PINT field the ACK echoes.
+    uint32_t ExtraAckBytes() const
+    {
+        return cfg.ccMode == CC_HPCC ? cfg.intBytes : cfg.ccMode == CC_HPCC_PINT ? cfg.pintBytes : 0;
+    }
+
+    bool Telemetry() const { return cfg.ccMode == CC_HPCC || cfg.ccMode == CC_HPCC_PINT; }
 
     uint32_t ClassOf(uint8_t type, uint8_t cls) const
     {
@@ -516,6 +543,12 @@ RdmaFabric::Build(uint32_t nNodes,
             nicRateBps = std::max(nicRateBps, ports[p].rateBps);
         }
     }
+    pintDraw = CreateObject<UniformRandomVariable>();
+    pintDraw->SetStream(999); // below the ports' ECN streams (1000 + port)
+    // PINT's field is as wide as the power of the largest utilization needs (u = PINT_MAX_FLOWS:
+    // one byte at base 1.05), two bytes at most.
+    double powerBits = std::ceil(std::log2(std::log(PINT_MAX_FLOWS * PINT_MAX_FLOWS) / std::log(cfg.pintLogBase)));
+    pintMaxPower = powerBits <= 8 ? 0xff : 0xffff;
     for (uint32_t n = 0; n < nNodes; n++)
     {
         if (isHost[n])
@@ -826,6 +859,10 @@ RdmaFabric::SwitchDequeue(uint32_t port)
                     stack.hops[stack.nHops++] = {Simulator::Now().GetNanoSeconds(), out.txBytes, q.bytes, out.rateBps};
                 }
             }
+            else if (cfg.ccMode == CC_HPCC_PINT)
+            {
+                PintStamp(out, telemetry[p->GetUid()], q.bytes);
+            }
         }
 
         shared = SharedBytes(in, cls);
@@ -838,6 +875,8 @@ RdmaFabric::SwitchDequeue(uint32_t port)
     }
     out.txBytes += size;
     out.txPackets++;
+    out.pintLastBytes = size; // (every frame a switch sends counts in PINT's utilization)
+    out.pintLastNs = Simulator::Now().GetNanoSeconds();
     return p;
 }
 
@@ -890,6 +929,9 @@ RdmaFabric::ResetCc(RdmaQp* qp)
     qp->incStage = 0;
     qp->lastUpdateSeq = 0;
     qp->nHops = 0;
+    std::fill(std::begin(qp->hopU), std::end(qp->hopU), 1.0);
+    std::fill(std::begin(qp->hopRate), std::end(qp->hopRate), qp->maxRate);
+    std::fill(std::begin(qp->hopStage), std::end(qp->hopStage), 0u);
     qp->lastRttNs = 0;
     qp->rttDiffNs = 0;
     qp->ecnAcks = 0;
@@ -1010,7 +1052,7 @@ RdmaFabric::MakeData(RdmaQp* qp)
     }
     Ptr<Packet> p = Create<Packet>(payload);
     p->AddHeader(h);
-    if (cfg.ccMode == CC_HPCC)
+    if (Telemetry())
     {
         telemetry[p->GetUid()] = IntStack();
     }
@@ -1109,7 +1151,7 @@ RdmaFabric::HostReceive(uint32_t port, Ptr<Packet> p, const RdmaHeader& h)
     {
         ReceiveAck(p, h);
     }
-    if (cfg.ccMode == CC_HPCC)
+    if (Telemetry())
     {
         telemetry.erase(p->GetUid()); // it has arrived: its telemetry was read or copied
     }
@@ -1171,10 +1213,10 @@ RdmaFabric::SendControl(uint32_t port, const RdmaHeader& data, uint8_t type, uin
     h.seq = seq;
     h.ts = data.ts;
     h.wireBytes = uint16_t(std::max<uint32_t>(RdmaHeader::FIXED,
-                                              cfg.ackBytes - PPP_BYTES + (cfg.ccMode == CC_HPCC ? cfg.intBytes : 0)));
+                                              cfg.ackBytes - PPP_BYTES + ExtraAckBytes()));
     Ptr<Packet> p = Create<Packet>();
     p->AddHeader(h);
-    if (cfg.ccMode == CC_HPCC)
+    if (Telemetry())
     {
         telemetry[p->GetUid()] = telemetry[dataPacket->GetUid()];
     }
@@ -1202,6 +1244,10 @@ RdmaFabric::ReceiveAck(Ptr<Packet> p, const RdmaHeader& h)
     else if (cfg.ccMode == CC_HPCC)
     {
         HpccAck(qp, p, h);
+    }
+    else if (cfg.ccMode == CC_HPCC_PINT)
+    {
+        PintAck(qp, p, h);
     }
     else if (cfg.ccMode == CC_TIMELY)
     {
@@ -1381,6 +1427,11 @@ RdmaFabric::HpccAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h)
     {
         return;
     }
+    if (cfg.multiRate)
+    {
+        HpccMultiRate(qp, tag, full);
+        return;
+    }
     double uMax = 0;
     int64_t dt = 0;
     bool updated = false;
@@ -1390,6 +1441,10 @@ RdmaFabric::HpccAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h)
         if (now.timeNs < qp->frozenFromNs)
         {
             now.timeNs += qp->frozenShiftNs; // stamped before a freeze, carried through it
+        }
+        if (cfg.sampleFeedback && !full && now.qlen == 0)
+        {
+            continue; // SAMPLE_FEEDBACK: between full updates an empty queue is no news (kept unread)
         }
         const RdmaQp::Hop& last = qp->hops[i];
         if (i < qp->nHops && now.timeNs != last.timeNs)
@@ -1436,6 +1491,165 @@ RdmaFabric::HpccAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h)
     }
     if (full)
     {
+        qp->lastUpdateSeq = std::max(qp->lastUpdateSeq, qp->sndNxt);
+    }
+}
+
+void
+RdmaFabric::HpccMultiRate(RdmaQp* qp, const IntStack& tag, bool full)
+{
+    // MULTI_RATE: each hop keeps its own utilization (EWMA over its own interval), reference rate
+    // and stage; the QP sends at the smallest hop rate, hops without news at their last one.
+    double rate = qp->maxRate;
+    double hopRate[MAX_INT_HOPS];
+    uint32_t hopStage[MAX_INT_HOPS];
+    bool updated[MAX_INT_HOPS] = {};
+    bool any = false;
+    int64_t T = qp->baseRttNs;
+    for (uint32_t i = 0; i < tag.nHops; i++)
+    {
+        RdmaQp::Hop now = tag.hops[i];
+        if (now.timeNs < qp->frozenFromNs)
+        {
+            now.timeNs += qp->frozenShiftNs;
+        }
+        if (cfg.sampleFeedback && !full && now.qlen == 0)
+        {
+            rate = std::min(rate, qp->hopRate[i]);
+            continue;
+        }
+        const RdmaQp::Hop& last = qp->hops[i];
+        if (i < qp->nHops && now.timeNs != last.timeNs)
+        {
+            int64_t tau = now.timeNs - last.timeNs;
+            double txRate = double(now.txBytes - last.txBytes) * 8e9 / double(tau);
+            double u = txRate / double(now.rateBps) +
+                       double(std::min(now.qlen, last.qlen)) * qp->maxRate / double(now.rateBps) / double(qp->window);
+            tau = std::min(tau, T);
+            qp->hopU[i] = (qp->hopU[i] * double(T - tau) + u * double(tau)) / double(T);
+            double k = qp->hopU[i] / cfg.uTarget;
+            if (k >= 1 || qp->hopStage[i] >= cfg.miThresh)
+            {
+                hopRate[i] = qp->hopRate[i] / k + double(cfg.rateAiBps);
+                hopStage[i] = 0;
+            }
+            else
+            {
+                hopRate[i] = qp->hopRate[i] + double(cfg.rateAiBps);
+                hopStage[i] = qp->hopStage[i] + 1;
+            }
+            hopRate[i] = std::clamp(hopRate[i], double(cfg.minRateBps), qp->maxRate);
+            rate = std::min(rate, hopRate[i]);
+            updated[i] = any = true;
+        }
+        else
+        {
+            rate = std::min(rate, qp->hopRate[i]);
+        }
+        qp->hops[i] = now;
+    }
+    qp->nHops = tag.nHops;
+    qp->u = *std::max_element(qp->hopU, qp->hopU + std::max(1u, qp->nHops)); // the bottleneck's, for the engine
+    if (any)
+    {
+        ChangeRate(qp, rate);
+    }
+    if (full)
+    {
+        for (uint32_t i = 0; i < tag.nHops; i++)
+        {
+            if (updated[i])
+            {
+                qp->hopRate[i] = hopRate[i];
+                qp->hopStage[i] = hopStage[i];
+            }
+        }
+        if (any)
+        {
+            qp->refRate = rate; // (what the engine reads and a memo hit restores)
+        }
+        qp->lastUpdateSeq = std::max(qp->lastUpdateSeq, qp->sndNxt);
+    }
+}
+
+// ---- HPCC-PINT: one utilization per packet, the path's largest, log-encoded ----------------------
+
+void
+RdmaFabric::PintStamp(Port& out, IntStack& stack, uint64_t qlen)
+{
+    // U <- U (T - dt) / T + (qlen / T + last frame / dt) dt / (B): the egress port's utilization
+    // averaged over T, the largest base RTT (the reference computes the same with hardware-style
+    // log approximations).
+    double T = double(maxRttNs);
+    double dt = std::min(double(Simulator::Now().GetNanoSeconds() - out.pintLastNs), T);
+    double bytesPerNs = double(out.rateBps) / 8e9;
+    out.pintU = out.pintU * (T - dt) / T + (double(qlen) * dt / T + double(out.pintLastBytes)) / (bytesPerNs * T);
+    stack.power = std::max(stack.power, PintEncode(out.pintU));
+}
+
+uint16_t
+RdmaFabric::PintEncode(double u)
+{
+    // u * PINT_MAX_FLOWS (at least 1) as a power of the log base, rounded up or down at random
+    // in proportion to where it lies between the two powers (unbiased on average).
+    double x = std::max(1.0, std::ceil(u * PINT_MAX_FLOWS));
+    double power = std::log(x) / std::log(cfg.pintLogBase);
+    double lo = std::floor(power);
+    double below = std::pow(cfg.pintLogBase, lo);
+    double above = std::pow(cfg.pintLogBase, lo + 1);
+    double p = lo + (pintDraw->GetValue() < (x - below) / (above - below) ? 1 : 0);
+    return uint16_t(std::min(p, double(pintMaxPower)));
+}
+
+double
+RdmaFabric::PintDecode(uint16_t power) const
+{
+    return std::pow(cfg.pintLogBase, power) / PINT_MAX_FLOWS;
+}
+
+void
+RdmaFabric::PintAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h)
+{
+    if (cfg.pintProb < 1 && pintDraw->GetValue() >= cfg.pintProb)
+    {
+        return; // PINT_PROB: this ACK is not sampled
+    }
+    auto found = telemetry.find(p->GetUid());
+    if (found == telemetry.end())
+    {
+        return;
+    }
+    if (qp->lastUpdateSeq == 0)
+    {
+        qp->lastUpdateSeq = qp->sndNxt; // first RTT: no reaction
+        return;
+    }
+    bool full = h.seq > qp->lastUpdateSeq;
+    if (!full && !cfg.fastReact)
+    {
+        return;
+    }
+    // As HPCC with the path's utilization read off the packet instead of computed per hop.
+    qp->u = PintDecode(found->second.power);
+    double k = qp->u / cfg.uTarget;
+    double rate;
+    uint32_t stage;
+    if (k >= 1 || qp->incStage >= cfg.miThresh)
+    {
+        rate = qp->refRate / k + double(cfg.rateAiBps);
+        stage = 0;
+    }
+    else
+    {
+        rate = qp->refRate + double(cfg.rateAiBps);
+        stage = qp->incStage + 1;
+    }
+    rate = std::clamp(rate, double(cfg.minRateBps), qp->maxRate);
+    ChangeRate(qp, rate);
+    if (full)
+    {
+        qp->refRate = rate;
+        qp->incStage = stage;
         qp->lastUpdateSeq = std::max(qp->lastUpdateSeq, qp->sndNxt);
     }
 }
@@ -1527,8 +1741,9 @@ RdmaQp::GetCongestionState(double* out, uint32_t cap) const
     }
     uint32_t mode = fabric->cfg.ccMode;
     out[0] = rate;
-    out[1] = mode == CC_HPCC || mode == CC_TIMELY ? refRate : mode == CC_DCTCP ? rate : targetRate;
-    out[2] = mode == CC_HPCC ? u : mode == CC_TIMELY ? double(lastRttNs) : alpha;
+    bool hpcc = mode == CC_HPCC || mode == CC_HPCC_PINT;
+    out[1] = hpcc || mode == CC_TIMELY ? refRate : mode == CC_DCTCP ? rate : targetRate;
+    out[2] = hpcc ? u : mode == CC_TIMELY ? double(lastRttNs) : alpha;
     return 3;
 }
 
@@ -1537,8 +1752,13 @@ RdmaQp::SetCongestionState(double newRate, double target, double newAlpha)
 {
     uint32_t mode = fabric->cfg.ccMode;
     rate = std::clamp(newRate, double(fabric->cfg.minRateBps), maxRate);
-    double& reference = mode == CC_HPCC || mode == CC_TIMELY ? refRate : targetRate; // (DCTCP: unused)
+    bool hpcc = mode == CC_HPCC || mode == CC_HPCC_PINT;
+    double& reference = hpcc || mode == CC_TIMELY ? refRate : targetRate; // (DCTCP: unused)
     reference = std::clamp(target, double(fabric->cfg.minRateBps), maxRate);
+    if (fabric->cfg.multiRate)
+    {
+        std::fill(std::begin(hopRate), std::end(hopRate), reference); // every hop at the QP's rate
+    }
     if (newAlpha < 0)
     {
         return;
@@ -1549,7 +1769,11 @@ RdmaQp::SetCongestionState(double newRate, double target, double newAlpha)
     }
     else
     {
-        (mode == CC_HPCC ? u : alpha) = newAlpha;
+        (hpcc ? u : alpha) = newAlpha;
+        if (fabric->cfg.multiRate)
+        {
+            std::fill(std::begin(hopU), std::end(hopU), newAlpha);
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 // RDMA (RoCEv2-style) transport on stock PointToPointNetDevice/Channel: queue pairs with DCQCN,
-// HPCC, TIMELY or DCTCP rate control at the hosts, switches with a shared-buffer MMU, PFC, ECN at dequeue and HPCC
-// in-band telemetry. Written to the behaviour of the HPCC paper's simulator (the field's reference,
+// HPCC, HPCC-PINT, TIMELY or DCTCP rate control at the hosts, switches with a shared-buffer MMU, PFC, ECN at
+// dequeue and HPCC in-band telemetry (or PINT's one encoded utilization). Written to the behaviour of the HPCC paper's simulator (the field's reference,
 // see shared/reference/rdma-notes.md) so its configs and FCTs carry over.
 //
 // How it sits on stock ns-3: every port gets an RdmaPortQueue (a Queue<Packet> with 8 pausable
@@ -29,7 +29,7 @@ namespace wormhole
 /// Settings named after the reference simulator's config keys (units: ns, bps, bytes).
 struct RdmaConfig
 {
-    uint32_t ccMode = 1;                //!< CC_MODE: 1 DCQCN, 3 HPCC, 7 TIMELY, 8 DCTCP (rate-based)
+    uint32_t ccMode = 1;                //!< CC_MODE: 1 DCQCN, 3 HPCC, 7 TIMELY, 8 DCTCP (rate-based), 10 HPCC-PINT
     uint32_t payloadBytes = 1000;       //!< PACKET_PAYLOAD_SIZE
     uint64_t bufferBytes = 32u << 20;   //!< BUFFER_SIZE (MiB in the config) per switch
     bool enableEcn = true;              //!< ENABLE_QCN: switches mark CE
@@ -50,6 +50,12 @@ struct RdmaConfig
     double uTarget = 0.95;                  //!< U_TARGET
     uint32_t miThresh = 0;                  //!< MI_THRESH
     bool fastReact = true;                  //!< FAST_REACT
+    bool multiRate = false;                 //!< MULTI_RATE: a rate per hop; the QP sends at the smallest
+    bool sampleFeedback = false;            //!< SAMPLE_FEEDBACK: between full updates, only hops with a queue count
+    // HPCC-PINT (U_TARGET, MI_THRESH, RATE_AI, FAST_REACT as HPCC)
+    double pintLogBase = 1.05;              //!< PINT_LOG_BASE: utilization travels as a power of this base
+    double pintProb = 1.0;                  //!< PINT_PROB: the fraction of ACKs the sender reacts to
+    uint32_t pintBytes = 2;                 //!< PINT's field on data frames and ACKs (the reference's 2 bytes)
     // TIMELY (RATE_AI, RATE_HAI after 5 increases in a row, MIN_RATE; the reference's attribute
     // defaults, which its config cannot set)
     double timelyAlpha = 0.875;             //!< EWMA weight of the newest RTT difference
@@ -106,8 +112,9 @@ class RdmaQp
 {
   public:
     bool IsConnected() const { return true; } //!< no handshake (matches FlowSender's interface)
-    /// {rate bps, DCQCN target rate bps (HPCC and TIMELY: reference rate, DCTCP: the rate),
-    /// DCQCN and DCTCP alpha (HPCC: U, TIMELY: the last RTT sample, ns)}; returns 3.
+    /// {rate bps, DCQCN target rate bps (HPCC, HPCC-PINT and TIMELY: reference rate, DCTCP: the rate),
+    /// DCQCN and DCTCP alpha (HPCC: U, HPCC-PINT: the last U received, TIMELY: the last RTT sample, ns)};
+    /// returns 3.
     uint32_t GetCongestionState(double* out, uint32_t cap) const;
     /// Set a memoized congestion state (values as GetCongestionState; alpha < 0 leaves it).
     void SetCongestionState(double rate, double target, double alpha);
@@ -169,6 +176,9 @@ class RdmaQp
     uint64_t lastUpdateSeq = 0;
     uint32_t nHops = 0;
     Hop hops[8];
+    double hopU[8] = {};              //!< MULTI_RATE: per hop, as u, refRate and incStage
+    double hopRate[8] = {};
+    uint32_t hopStage[8] = {};
     int64_t frozenFromNs = 0; //!< last freeze: telemetry stamped before it is read shifted
     int64_t frozenShiftNs = 0;
     int64_t frozenTotalNs = 0; //!< time frozen over all freezes: TIMELY's send times are on a clock without it

@@ -1,5 +1,6 @@
-"""The RDMA transport on real ns-3: the reference's own cases, PFC, loss recovery, DCQCN, HPCC,
-TIMELY, DCTCP, the shared buffer under a freeze, and runs through the engine."""
+"""The RDMA transport on real ns-3: the reference's own cases, PFC, loss recovery, DCQCN, HPCC and
+its variants (per-hop rates, sampled feedback, PINT), TIMELY, DCTCP, the shared buffer under a
+freeze, and runs through the engine."""
 
 from __future__ import annotations
 
@@ -237,6 +238,77 @@ def test_dctcp_cuts_rate_once_per_window_of_marks_and_recovers(fabric):
     assert f.rate(long_conn) > 95 * GBPS
 
 
+def test_hpcc_pint_holds_an_incast_near_its_target_and_a_lone_flow_near_line_rate(fabric):
+    """HPCC-PINT: each switch port keeps its utilization (averaged over the largest base RTT), a
+    data packet carries the path's largest as a power of PINT_LOG_BASE, and the sender reacts to
+    it as HPCC to its own estimate: the incast shares 95 % of the bottleneck within PINT's 5 %
+    quantization, and the long flow, alone again, climbs back."""
+    f = fabric("incast2", {}, cc="hpcc-pint")
+    _, a = f.start(1, 0, 30_000_000)
+    _, b = f.start(2, 0, 10_000_000)
+    totals, us = [], []
+    for t in range(300_000, 700_000, 20_000):
+        f.run_until(t)
+        totals.append(f.rate(a) + f.rate(b))
+        us.append(f.state(a)[2])        # the last utilization its ACKs brought back
+    assert abs(np.mean(totals) / (100 * GBPS) - 0.95) < 0.05
+    powers = np.log(np.array(us) * 512) / np.log(1.05)    # PINT carries 512 u as a power of 1.05
+    assert np.allclose(powers, np.round(powers)) and abs(np.mean(us) - 0.95) < 0.05
+    f.run_until(2_500_000)
+    assert f.end(1) > 0 and f.rate(a) > 0.9 * 100 * GBPS and f.net.builder.GetDrops() == 0
+
+
+def test_hpcc_multi_rate_on_one_hop_is_hpcc_and_spans_three(tmp_path):
+    """MULTI_RATE keeps a rate per hop and sends at the smallest: with one switch (incast16) that
+    is HPCC packet for packet; across three hops (a2a8: leaf, spine, leaf) every flow completes
+    near the reference's HPCC FCTs, and not as single-rate HPCC does."""
+    runs = {}
+    for multi in (0, 1):
+        out = tmp_path / f"incast16-{multi}"
+        api.run(scenario_with(tmp_path, "incast16", {"MULTI_RATE": multi}), out)
+        runs[multi] = (out / "fct.txt").read_text()
+    assert runs[0] == runs[1]
+    single, multi = (fcts_of(tmp_path, "a2a8", {"MULTI_RATE": m}) for m in (0, 1))
+    assert len(multi) == 56 and single != multi
+    ref = np.mean([v for fcts in reference_fcts(CASES / "a2a8" / "fct_hpcc.txt").values() for v in fcts])
+    assert abs(np.mean(multi) / ref - 1) < 0.1
+
+
+def test_hpcc_sample_feedback_skips_empty_queues_between_updates(fabric):
+    """SAMPLE_FEEDBACK: between full updates a hop without a queue is no news. The incast still
+    settles at the target, along another path than HPCC's."""
+    ends = {}
+    for sample in (0, 1):
+        f = fabric("incast2", {"SAMPLE_FEEDBACK": sample}, cc="hpcc")
+        _, a = f.start(1, 0, 30_000_000)
+        _, b = f.start(2, 0, 10_000_000)
+        totals = []
+        for t in range(300_000, 700_000, 20_000):
+            f.run_until(t)
+            totals.append(f.rate(a) + f.rate(b))
+        assert abs(np.mean(totals) / (100 * GBPS) - 0.95) < 0.05
+        f.run_until(2_500_000)
+        ends[sample] = f.end(1)
+        f.h.ns.Simulator.Destroy()
+    assert ends[0] > 0 and ends[1] > 0 and ends[0] != ends[1]
+
+
+def scenario_with(tmp_path: Path, case: str, parameters: dict) -> Path:
+    """A YAML scenario of a reference case (its HPCC config) with `parameters` over it."""
+    path = tmp_path / f"{case}-{'-'.join(f'{k}{v}' for k, v in parameters.items())}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": case, "topology": {"kind": "hpcc", "file": str(CASES / case / "topology.txt")},
+        "flow_file": str(CASES / case / "flow.txt"),
+        "transport": {"kind": "rdma", "config": str(CASES / case / "config_hpcc.txt"), "parameters": parameters}}))
+    return path
+
+
+def fcts_of(tmp_path: Path, case: str, parameters: dict) -> list[int]:
+    out = tmp_path / f"{case}-{parameters}"
+    api.run(scenario_with(tmp_path, case, parameters), out)
+    return [int(line.split()[6]) for line in (out / "fct.txt").read_text().splitlines()]
+
+
 def test_dctcp_runs_accelerated_with_memo(tmp_path):
     """tiny-memo-rdma with DCTCP: the engine freezes, replays records (restoring DCTCP's state)
     and every flow ends within 0.5 % of stock."""
@@ -286,19 +358,21 @@ def test_a_frozen_partition_keeps_its_buffer_share_at_the_switch(h):
         h.ns.GlobalValue.Bind("SimulatorImplementationType", h.ns.StringValue("ns3::DefaultSimulatorImpl"))
 
 
-def test_timely_is_not_frozen(tmp_path):
+@pytest.mark.parametrize("cc, parameters, why", [("timely", {"HAS_WIN": 0}, "TIMELY's rates"),
+                                                ("hpcc-pint", {}, "HPCC-PINT's utilization")])
+def test_timely_and_pint_are_not_frozen(tmp_path, cc, parameters, why):
     """TIMELY's rates sit at a floor or drift for milliseconds while they pass the steady test
     (frozen so, tiny-memo-rdma's incasts without a window came out 37 % early, incast16's 25x
-    late): the engine runs it without freezing, says why (stderr, summary.json), and every flow
-    ends as in stock."""
+    late); HPCC-PINT's state lives in switch ports a thaw does not set. The engine runs them
+    without freezing, says why (stderr, summary.json), and every flow ends as in stock."""
     data = yaml.safe_load((ROOT / "scenarios" / "tiny-memo-rdma.yaml").read_text())
-    data["transport"].update(cc="timely", parameters={"HAS_WIN": 0})
+    data["transport"].update(cc=cc, parameters=parameters)
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(data))
     stock = api.run(path, tmp_path / "stock")
     accel = api.run(path, tmp_path / "accel", accel=True, cache=tmp_path / "m.whdb")
     assert accel.summary["mode"] == "accel-no-ff" and accel.summary["accel"]["freezes"] == 0
-    assert "TIMELY's rates" in accel.summary["accel"]["not_frozen_because"]
+    assert why in accel.summary["accel"]["not_frozen_because"]
     assert accel.flows.end_ns.tolist() == stock.flows.end_ns.tolist()
 
 

@@ -146,7 +146,8 @@ def test_defaults_are_the_reference_values():
         ack_high_prio=False, alpha_resume_interval_ns=1000, rate_decrease_interval_ns=4000,
         rp_timer_ns=900_000, ewma_gain=1 / 256, fast_recovery_times=1, rate_ai_bps=50 * 10**6,
         rate_hai_bps=100 * 10**6, min_rate_bps=100 * 10**6, clamp_target_rate=False,
-        u_target=0.95, mi_thresh=0, fast_react=True, dctcp_rate_ai_bps=1000 * 10**6, has_win=True,
+        u_target=0.95, mi_thresh=0, fast_react=True, multi_rate=False, sample_feedback=False,
+        pint_log_base=1.05, pint_prob=1.0, dctcp_rate_ai_bps=1000 * 10**6, has_win=True,
         global_t=True, var_win=True, rate_bound=True, chunk_bytes=4000, ack_interval=1, error_rate_per_link=0.0,
         ecn=DEFAULT_ECN, pause_time_us=5, rto_ns=0, int_multi=1, qlen_mon_start_ns=0, qlen_mon_end_ns=0,
         qlen_mon_interval_ns=1000)
@@ -177,8 +178,8 @@ def test_yaml_rdma_transport_with_config_parameters_and_cc(tmp_path):
     assert load_scenario(_yaml_scenario(tmp_path, "{kind: rdma}")).transport.resolved().cc == "dcqcn"
 
 
-@pytest.mark.parametrize("mode, cc", [(7, "timely"), (8, "dctcp")])
-def test_timely_and_dctcp_configs_parse(tmp_path, mode, cc):
+@pytest.mark.parametrize("mode, cc", [(7, "timely"), (8, "dctcp"), (10, "hpcc-pint")])
+def test_timely_dctcp_and_pint_configs_parse(tmp_path, mode, cc):
     path = tmp_path / "config.txt"
     path.write_text((CASES / "incast2" / "config_dcqcn.txt").read_text()
                     .replace("CC_MODE 1", f"CC_MODE {mode}").replace("DCTCP_RATE_AI 1000Mb/s", "DCTCP_RATE_AI 615Mb/s")
@@ -187,6 +188,15 @@ def test_timely_and_dctcp_configs_parse(tmp_path, mode, cc):
     c = parse_hpcc_config(path)
     assert c.cc == cc and c.values["DCTCP_RATE_AI"] == 615 * 10**6
     assert load_scenario(path).transport.resolved().cc == cc
+
+
+def test_hpcc_variant_keys_parse(tmp_path):
+    """MULTI_RATE, SAMPLE_FEEDBACK, PINT_LOG_BASE and PINT_PROB are read (they were refused or
+    ignored before HPCC's variants were built)."""
+    path = _yaml_scenario(tmp_path, "{kind: rdma, cc: hpcc-pint, parameters: {MULTI_RATE: 1, "
+                          "SAMPLE_FEEDBACK: 1, PINT_LOG_BASE: 1.1, PINT_PROB: 0.25}}")
+    p = load_scenario(path).transport.resolved()
+    assert (p.cc, p.multi_rate, p.sample_feedback, p.pint_log_base, p.pint_prob) == ("hpcc-pint", True, True, 1.1, 0.25)
 
 
 def test_dctcp_defaults_are_what_the_reference_runs_it_with(tmp_path):
@@ -244,8 +254,7 @@ def test_parameter_keys_are_the_transport_keys():
 
 @pytest.mark.parametrize("old, new, key, words", [
     ("RATE_AI 50Mb/s", "RATE_AI fifty", "RATE_AI", ["'fifty' is not a rate"]),
-    ("CC_MODE 1", "CC_MODE 10", "CC_MODE", ["10 (HPCC-PINT) is not supported", "7 = TIMELY"]),
-    ("CC_MODE 1", "CC_MODE 2", "CC_MODE", ["2 is not supported"]),
+    ("CC_MODE 1", "CC_MODE 2", "CC_MODE", ["2 is not supported", "10 = HPCC-PINT"]),
     ("DCTCP_RATE_AI 1000Mb/s", "DCTCP_RATE_AI fast", "DCTCP_RATE_AI", ["'fast' is not a rate"]),
     ("CC_MODE 1", "CC_MODE", "CC_MODE", ["missing value"]),
     ("KMAX_MAP 3", "KMAX_MAP 4", "KMAX_MAP", ["says 4 entries"]),
@@ -257,7 +266,10 @@ def test_parameter_keys_are_the_transport_keys():
     ("RP_TIMER 900", "RP_TIMER 900 us", "RP_TIMER", ["expected one value"]),
     ("ENABLE_QCN 1", "ENABLE_QCN yes", "ENABLE_QCN", ["'yes' is not 0 or 1"]),
     ("L2_BACK_TO_ZERO 0", "L2_BACK_TO_ZERO 1", "L2_BACK_TO_ZERO", ["not supported"]),
-    ("MULTI_RATE 0", "MULTI_RATE 1", "MULTI_RATE", ["not supported"]),
+    ("MULTI_RATE 0", "MULTI_RATE 2", "MULTI_RATE", ["'2' is not 0 or 1"]),
+    ("SAMPLE_FEEDBACK 0", "SAMPLE_FEEDBACK on", "SAMPLE_FEEDBACK", ["'on' is not 0 or 1"]),
+    ("PINT_LOG_BASE 1.05", "PINT_LOG_BASE 1", "PINT_LOG_BASE", ["out of range", "> 1"]),
+    ("PINT_PROB 1.0", "PINT_PROB 0", "PINT_PROB", ["out of range"]),
     ("LINK_DOWN 0 0 0", "LINK_DOWN 1000 0 1", "LINK_DOWN", ["not supported"]),
     ("MI_THRESH 0", "MI_THRESH 0.5", "MI_THRESH", ["'0.5' is not an int"]),
     ("SIMULATOR_STOP_TIME 3.00", "SIMULATOR_STOP_TIME 3s", "SIMULATOR_STOP_TIME", ["'3s'"]),

@@ -39,7 +39,7 @@ class Ns3Network:
     data_frame_bytes: int = 0
     ack_frame_bytes: int = 0
     acked_per_ack: int = 0
-    utilization_cc: bool = False   # HPCC: rates follow the links' measured utilization
+    utilization_cc: bool = False   # HPCC, HPCC-PINT: rates follow the links' measured utilization
 
     def now_ns(self) -> int:
         return int(self.h.ns.Simulator.Now().GetNanoSeconds())
@@ -97,9 +97,11 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
         flows = h.wh.RdmaFlowManager(builder, n_flows)
         # (DCTCP has no target rate: its rate stands in)
         keys = {"hpcc": ("rate_bps", "reference_rate_bps", "u"),
+                "hpcc-pint": ("rate_bps", "reference_rate_bps", "u"),
                 "timely": ("rate_bps", "reference_rate_bps", "last_rtt_ns"),
                 }.get(params.cc, ("rate_bps", "target_rate_bps", "alpha"))
-        telemetry = config.intBytes if params.cc == "hpcc" else 0            # on data frames and ACKs
+        # on data frames and ACKs
+        telemetry = {"hpcc": config.intBytes, "hpcc-pint": config.pintBytes}.get(params.cc, 0)
         timestamp = config.timestampBytes if params.cc == "timely" else 0    # on data frames
         payload = int(config.payloadBytes)
         acked_per_ack = min(max(int(config.ackIntervalBytes), payload), max(int(config.chunkBytes), payload))
@@ -107,7 +109,7 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
                           cc_state_keys=keys, payload_bytes=payload,
                           data_frame_bytes=payload + config.dataOverheadBytes + telemetry + timestamp + PPP_HEADER,
                           ack_frame_bytes=config.ackBytes + telemetry + PPP_HEADER, acked_per_ack=acked_per_ack,
-                          utilization_cc=params.cc == "hpcc")
+                          utilization_cc=params.cc in ("hpcc", "hpcc-pint"))
     config = h.wh.QueueConfig()
     config.queuePackets = transport.queue_size
     config.ecnMarking = transport.kind == "dctcp"

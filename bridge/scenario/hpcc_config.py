@@ -34,9 +34,8 @@ _I64 = 2**63 - 1
 _MAX_RATE = 2**64 - 1
 FRAME_OVERHEAD_BYTES = 48  # the reference's data-packet headers: frame = payload + 48
 
-CC_MODES = {"dcqcn": 1, "hpcc": 3, "timely": 7, "dctcp": 8}
+CC_MODES = {"dcqcn": 1, "hpcc": 3, "timely": 7, "dctcp": 8, "hpcc-pint": 10}
 _CC_NAMES = {mode: name for name, mode in CC_MODES.items()}
-_UNSUPPORTED_CC = {10: "HPCC-PINT"}
 
 
 # --- the merged parameters ------------------------------------------------------------------
@@ -45,7 +44,7 @@ _UNSUPPORTED_CC = {10: "HPCC-PINT"}
 class RdmaParameters:
     """Every RDMA transport parameter in our units (ns, bps, bytes), after all overrides."""
 
-    cc: str                          # "dcqcn", "hpcc", "timely" or "dctcp" (CC_MODE 1, 3, 7, 8)
+    cc: str                          # "dcqcn", "hpcc", "timely", "dctcp" or "hpcc-pint" (CC_MODE 1, 3, 7, 8, 10)
     payload_bytes: int               # PACKET_PAYLOAD_SIZE
     buffer_bytes: int                # BUFFER_SIZE (MiB in the file), per switch
     enable_ecn: bool                 # ENABLE_QCN
@@ -62,6 +61,10 @@ class RdmaParameters:
     u_target: float                  # U_TARGET
     mi_thresh: int                   # MI_THRESH
     fast_react: bool                 # FAST_REACT
+    multi_rate: bool                 # MULTI_RATE (HPCC: a rate per hop)
+    sample_feedback: bool            # SAMPLE_FEEDBACK (HPCC: between full updates, hops with a queue)
+    pint_log_base: float             # PINT_LOG_BASE
+    pint_prob: float                 # PINT_PROB
     dctcp_rate_ai_bps: int           # DCTCP_RATE_AI
     has_win: bool                    # HAS_WIN
     global_t: bool                   # GLOBAL_T
@@ -207,8 +210,8 @@ def _cc_mode(tokens: list[str]) -> str:
     tok = _one(tokens)
     mode = _int_token(tok, 0, _U32)
     if mode not in _CC_NAMES:
-        name = f" ({_UNSUPPORTED_CC[mode]})" if mode in _UNSUPPORTED_CC else ""
-        raise ValueError(f"{mode}{name} is not supported (expected 1 = DCQCN, 3 = HPCC, 7 = TIMELY or 8 = DCTCP)")
+        raise ValueError(f"{mode} is not supported (expected 1 = DCQCN, 3 = HPCC, 7 = TIMELY, 8 = DCTCP "
+                         "or 10 = HPCC-PINT)")
     return _CC_NAMES[mode]
 
 
@@ -288,8 +291,10 @@ _KEYS: dict[str, tuple[Callable[[list[str]], object], str | None]] = {
     "L2_CHUNK_SIZE": (_int(1), "chunk_bytes"),
     "L2_ACK_INTERVAL": (_int(1), "ack_interval"),
     "L2_BACK_TO_ZERO": (_zero_only, None),
-    "MULTI_RATE": (_zero_only, None),
-    "SAMPLE_FEEDBACK": (_zero_only, None),
+    "MULTI_RATE": (_flag, "multi_rate"),
+    "SAMPLE_FEEDBACK": (_flag, "sample_feedback"),
+    "PINT_LOG_BASE": (_float(1, 1000, lo_open=True), "pint_log_base"),
+    "PINT_PROB": (_float(0, 1, lo_open=True), "pint_prob"),
     "ERROR_RATE_PER_LINK": (_float(0, 1), "error_rate_per_link"),
     "KMIN_MAP": (_ecn_map("k"), None),
     "KMAX_MAP": (_ecn_map("k"), None),
@@ -300,7 +305,7 @@ _KEYS: dict[str, tuple[Callable[[list[str]], object], str | None]] = {
     "QLEN_MON_INTERVAL": (_int(1), "qlen_mon_interval_ns"),
 }
 # Keys of a config file that are not transport parameters: the run's files and stop time, and
-# what we accept and ignore (monitors, tracing, PINT, the PFC threshold mode).
+# what we accept and ignore (monitors, tracing, the PFC threshold mode).
 _FILE_KEYS: dict[str, Callable[[list[str]], object]] = {
     "TOPOLOGY_FILE": _text,
     "FLOW_FILE": _text,
@@ -311,8 +316,6 @@ _FILE_KEYS: dict[str, Callable[[list[str]], object]] = {
     "PFC_OUTPUT_FILE": _anything,
     "QLEN_MON_FILE": _anything,
     "USE_DYNAMIC_PFC_THRESHOLD": _anything,
-    "PINT_LOG_BASE": _anything,
-    "PINT_PROB": _anything,
     "ENABLE_TRACE": _anything,
     "LINK_DOWN": _link_down,
 }
@@ -351,8 +354,10 @@ DEFAULTS: Mapping[str, object] = MappingProxyType({
     "L2_CHUNK_SIZE": 4000,
     "L2_ACK_INTERVAL": 1,
     "L2_BACK_TO_ZERO": 0,
-    "MULTI_RATE": 0,
-    "SAMPLE_FEEDBACK": 0,
+    "MULTI_RATE": False,
+    "SAMPLE_FEEDBACK": False,
+    "PINT_LOG_BASE": 1.05,
+    "PINT_PROB": 1.0,
     "ERROR_RATE_PER_LINK": 0.0,
     "KMIN_MAP": tuple((g * 10**9, kmin * 1000) for g, (kmin, _) in _ECN_DEFAULTS.items()),
     "KMAX_MAP": tuple((g * 10**9, kmax * 1000) for g, (_, kmax) in _ECN_DEFAULTS.items()),
@@ -407,7 +412,7 @@ class HpccConfig:
 
     @property
     def cc(self) -> str | None:
-        """CC_MODE as "dcqcn", "hpcc", "timely" or "dctcp"; None if the file has none."""
+        """CC_MODE as "dcqcn", "hpcc", "timely", "dctcp" or "hpcc-pint"; None if the file has none."""
         return self.values.get("CC_MODE")  # type: ignore[return-value]
 
     def where(self, key: str) -> str:

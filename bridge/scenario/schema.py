@@ -176,7 +176,7 @@ class RdmaTransportSpec(_Spec):
     """
 
     kind: Literal["rdma"]
-    cc: Literal["dcqcn", "hpcc", "timely", "dctcp"] | None = None  # None: CC_MODE of `config`, else dcqcn
+    cc: Literal["dcqcn", "hpcc", "timely", "dctcp", "hpcc-pint"] | None = None  # None: CC_MODE of `config`, else dcqcn
     config: FilePath | None = None                      # a reference config.txt
     parameters: Annotated[
         dict[StrictStr, StrictStr | StrictInt | StrictFloat | StrictBool],
