@@ -80,6 +80,8 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
         use_tag_simulator(h)
     configure_transport(h, scenario.transport, seed)
     net = build_network(h, topology, scenario.transport, len(workload.flows), seed)
+    for failure in scenario.link_failures:
+        net.builder.ScheduleLinkDown(failure.at, *failure.link)
     ff = None
     unsettled = unsettled_reason(scenario) if options.accel and options.fast_forward else None
     if unsettled:
@@ -146,15 +148,20 @@ def rdma_summary(net) -> dict:
     b = net.builder
     qps = [net.flows.GetSender(c) for c in range(int(b.GetNQps()))]
     return {"pfc_frames": int(b.GetPfcFrames()), "drops": int(b.GetDrops()), "lost": int(b.GetLost()),
-            "ecn_marks": int(b.GetEcnMarks()),
+            "ecn_marks": int(b.GetEcnMarks()), "links_down": int(b.GetLinksDown()),
+            "down_drops": int(b.GetDownDrops()),
             "retransmitted_bytes": sum(int(qp.GetRetransmittedBytes()) for qp in qps),
             "timeouts": sum(int(qp.GetTimeouts()) for qp in qps)}
 
 
 def unsettled_reason(scenario: Scenario) -> str | None:
-    """Why the engine must not freeze this scenario's flows, if it must not: their rates pass the
-    steady test while they are not steady (at a floor, or drifting slower than the test's window
-    can see), so a freeze would skip bytes at a wrong rate."""
+    """Why the engine must not freeze this scenario's flows, if it must not: their paths change
+    (a link goes down), or their rates pass the steady test while they are not steady (at a floor,
+    or drifting slower than the test's window can see), so a freeze would skip bytes at a wrong
+    rate."""
+    if scenario.link_failures:
+        return ("a link goes down during the run: flows change paths, which the engine's partitions "
+                "do not follow")
     transport = scenario.transport
     cc = transport.resolved().cc if transport.kind == "rdma" else None
     if cc == "timely":

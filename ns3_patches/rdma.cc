@@ -57,6 +57,7 @@ constexpr uint16_t ETHER_IPV4 = 0x0800;
 constexpr uint32_t PPP_BYTES = 2;
 constexpr uint32_t MAX_INT_HOPS = 5; // as the reference's INT header
 constexpr uint32_t NCLASS = 8;
+constexpr uint32_t NO_PORT = 0xFFFFFFFF;
 
 /// Our RoCE-like header: the fields of IPv4 + UDP + BTH that the models read, padded to the
 /// reference's frame size (wireBytes counts the header itself, not the PPP header).
@@ -269,6 +270,7 @@ class RdmaFabric
         uint32_t rr = 0;
         EventId wake;
         int64_t wakeAtPs = std::numeric_limits<int64_t>::max();
+        bool down = false; //!< its link went down (LINK_DOWN): it sends nothing more
     };
 
     struct Switch
@@ -318,6 +320,8 @@ class RdmaFabric
     uint64_t pfcFrames = 0;
     uint64_t drops = 0;
     uint64_t lost = 0;
+    uint64_t linksDown = 0;
+    uint64_t downDrops = 0;   //!< packets lost to a link going down: queued at its ports, or without a route
     std::unordered_map<uint64_t, IntStack> telemetry; //!< HPCC, HPCC-PINT: per packet uid in flight
     Ptr<UniformRandomVariable> pintDraw;   //!< HPCC-PINT: rounding of encoded utilizations, ACK sampling
     uint32_t pintMaxPower = 0;             //!< the largest power PINT's field holds
@@ -358,9 +362,18 @@ class RdmaFabric
                const uint64_t* rateBps,
                const int64_t* delayNs);
     void BuildRoutes();
+    /// LINK_DOWN: the link between nodes a and b stops carrying frames (what its ports hold is
+    /// dropped, with the MMU released), and every node's routes are computed again without it.
+    void TakeDownLink(uint32_t a, uint32_t b);
+    void DropQueued(uint32_t port);
+    /// A packet of class `cls` (not 0) that came in by `inPort` leaves `out`'s queue: its buffer is freed.
+    void ReleaseBuffer(Port& out, uint32_t inPort, uint32_t cls, uint64_t size);
+    /// PFC resume of `inPort`'s class once its use of the buffer has fallen far enough.
+    void ResumeIfBelow(uint32_t inPort, uint32_t cls);
     void ComputeBaseRtts();
     /// One-way delay (ns) and serialization of one payload per hop (ns) from src to dst.
     void PathDelay(uint32_t src, uint32_t dst, int64_t& delayNs, int64_t& txNs) const;
+    /// The port a packet leaves `node` by (per-flow ECMP), NO_PORT if `dst` is unreachable.
     uint32_t NextPort(uint32_t node, uint32_t dst, uint32_t sip, uint16_t sport, uint16_t dport) const;
 
     // Switch
@@ -448,6 +461,11 @@ class RdmaFabric
 Ptr<Packet>
 RdmaPortQueue::Dequeue()
 {
+    if (fabric->ports[port].down)
+    {
+        busy = false;
+        return nullptr;
+    }
     inDequeue = true;
     Ptr<Packet> p = fabric->isHost[fabric->ports[port].node] ? fabric->HostDequeue(port) : fabric->SwitchDequeue(port);
     inDequeue = false;
@@ -580,6 +598,7 @@ RdmaFabric::BuildRoutes()
     size_t nHosts = hosts.size();
     fibStart.assign(size_t(nNodes) * nHosts, 0);
     fibCount.assign(size_t(nNodes) * nHosts, 0);
+    fibPorts.clear();
     std::vector<int32_t> dist(nNodes);
     std::vector<uint32_t> frontier;
     for (size_t hi = 0; hi < nHosts; hi++)
@@ -598,7 +617,7 @@ RdmaFabric::BuildRoutes()
             for (uint32_t p : nodePorts[n])
             {
                 uint32_t m = ports[p ^ 1].node;
-                if (dist[m] < 0)
+                if (dist[m] < 0 && !ports[p].down)
                 {
                     dist[m] = dist[n] + 1;
                     frontier.push_back(m);
@@ -616,7 +635,7 @@ RdmaFabric::BuildRoutes()
             for (uint32_t p : nodePorts[n])
             {
                 uint32_t m = ports[p ^ 1].node;
-                if (dist[m] == dist[n] - 1 && (!isHost[m] || m == dst))
+                if (dist[m] == dist[n] - 1 && (!isHost[m] || m == dst) && !ports[p].down)
                 {
                     fibPorts.push_back(p);
                     fibCount[slot]++;
@@ -631,7 +650,10 @@ RdmaFabric::NextPort(uint32_t node, uint32_t dst, uint32_t sip, uint16_t sport, 
 {
     size_t slot = size_t(node) * hosts.size() + size_t(hostIndex[dst]);
     uint32_t n = fibCount[slot];
-    NS_ABORT_MSG_IF(n == 0, "RDMA: no route from node " << node << " to host " << dst);
+    if (n == 0)
+    {
+        return NO_PORT; // only after a link went down: the topology is connected at the start
+    }
     if (n == 1)
     {
         return fibPorts[fibStart[slot]];
@@ -648,6 +670,10 @@ RdmaFabric::PathDelay(uint32_t src, uint32_t dst, int64_t& delay, int64_t& tx) c
     while (n != dst)
     {
         uint32_t p = NextPort(n, dst, src, 0, 0);
+        if (p == NO_PORT)
+        {
+            return;
+        }
         delay += ports[p].delayNs;
         tx += int64_t(double(cfg.payloadBytes) * 8e9 / double(ports[p].rateBps));
         n = ports[p ^ 1].node;
@@ -735,6 +761,12 @@ RdmaFabric::Forward(uint32_t inPort, Ptr<Packet> p, const RdmaHeader& h)
 {
     uint32_t node = ports[inPort].node;
     uint32_t out = NextPort(node, h.dip, h.sip, h.sport, h.dport);
+    if (out == NO_PORT)
+    {
+        downDrops++;
+        telemetry.erase(p->GetUid());
+        return;
+    }
     uint32_t cls = ClassOf(h.type, h.cls);
     uint64_t size = p->GetSize() + PPP_BYTES;
     if (cls != 0)
@@ -790,6 +822,12 @@ RdmaFabric::SendPfc(uint32_t port, uint32_t cls, bool pause)
 void
 RdmaFabric::Enqueue(uint32_t port, uint32_t cls, Ptr<Packet> p, uint32_t inPort, bool data)
 {
+    if (ports[port].down)
+    {
+        downDrops++; // (an ACK or PFC frame for a link that went down; forwarded data never comes here)
+        telemetry.erase(p->GetUid());
+        return;
+    }
     PppHeader ppp;
     ppp.SetProtocol(PPP_IPV4);
     p->AddHeader(ppp);
@@ -820,16 +858,7 @@ RdmaFabric::SwitchDequeue(uint32_t port)
     Port& out = ports[port];
     if (cls != 0)
     {
-        Port& in = ports[item.inPort];
-        Switch& sw = switches[out.node];
-        uint64_t fromHdrm = std::min(in.hdrm[cls], size);
-        uint64_t shared = SharedBytes(in, cls);
-        uint64_t fromShared = std::min(size - fromHdrm, shared);
-        sw.sharedUsed -= fromShared;
-        in.ingress[cls] -= size - fromHdrm;
-        in.hdrm[cls] -= fromHdrm;
-        out.egress[cls] -= size;
-
+        ReleaseBuffer(out, item.inPort, cls, size);
         if (item.data)
         {
             bool mark = false;
@@ -864,20 +893,80 @@ RdmaFabric::SwitchDequeue(uint32_t port)
                 PintStamp(out, telemetry[p->GetUid()], q.bytes);
             }
         }
-
-        shared = SharedBytes(in, cls);
-        if (in.pauseSent[cls] && in.hdrm[cls] == 0 &&
-            (shared == 0 || shared + cfg.resumeOffsetBytes <= PfcThreshold(item.inPort)))
-        {
-            in.pauseSent[cls] = false;
-            SendPfc(item.inPort, cls, false);
-        }
+        ResumeIfBelow(item.inPort, cls);
     }
     out.txBytes += size;
     out.txPackets++;
     out.pintLastBytes = size; // (every frame a switch sends counts in PINT's utilization)
     out.pintLastNs = Simulator::Now().GetNanoSeconds();
     return p;
+}
+
+void
+RdmaFabric::ReleaseBuffer(Port& out, uint32_t inPort, uint32_t cls, uint64_t size)
+{
+    Port& in = ports[inPort];
+    uint64_t fromHdrm = std::min(in.hdrm[cls], size);
+    uint64_t fromShared = std::min(size - fromHdrm, SharedBytes(in, cls));
+    switches[out.node].sharedUsed -= fromShared;
+    in.ingress[cls] -= size - fromHdrm;
+    in.hdrm[cls] -= fromHdrm;
+    out.egress[cls] -= size;
+}
+
+void
+RdmaFabric::ResumeIfBelow(uint32_t inPort, uint32_t cls)
+{
+    Port& in = ports[inPort];
+    uint64_t shared = SharedBytes(in, cls);
+    if (in.pauseSent[cls] && in.hdrm[cls] == 0 &&
+        (shared == 0 || shared + cfg.resumeOffsetBytes <= PfcThreshold(inPort)))
+    {
+        in.pauseSent[cls] = false;
+        SendPfc(inPort, cls, false);
+    }
+}
+
+void
+RdmaFabric::TakeDownLink(uint32_t a, uint32_t b)
+{
+    for (uint32_t p : nodePorts[a])
+    {
+        if (ports[p ^ 1].node == b && !ports[p].down)
+        {
+            ports[p].down = ports[p ^ 1].down = true;
+            linksDown++;
+            DropQueued(p);
+            DropQueued(p ^ 1);
+            BuildRoutes();
+            return;
+        }
+    }
+    NS_ABORT_MSG("RDMA: LINK_DOWN: no link up between nodes " << a << " and " << b);
+}
+
+void
+RdmaFabric::DropQueued(uint32_t port)
+{
+    Port& out = ports[port];
+    RdmaPortQueue& q = *out.queue;
+    for (uint32_t cls = 0; cls < NCLASS; cls++)
+    {
+        while (!q.q[cls].empty())
+        {
+            RdmaPortQueue::Item item = q.q[cls].front();
+            q.q[cls].pop_front();
+            uint64_t size = item.packet->GetSize();
+            q.bytes -= size;
+            downDrops++;
+            telemetry.erase(item.packet->GetUid());
+            if (cls != 0 && !isHost[out.node])
+            {
+                ReleaseBuffer(out, item.inPort, cls, size);
+                ResumeIfBelow(item.inPort, cls);
+            }
+        }
+    }
 }
 
 // ---- NIC ----------------------------------------------------------------------------------------
@@ -897,6 +986,10 @@ RdmaFabric::OpenQp(uint32_t src, uint32_t dst)
     qp->sport = uint16_t(it->second++);
     qp->dport = 100;
     qp->port = NextPort(src, dst, src, qp->sport, qp->dport);
+    if (qp->port == NO_PORT)
+    {
+        qp->port = nodePorts[src].at(0); // its NIC's link is down: it will not send
+    }
     qp->maxRate = double(ports[qp->port].rateBps);
     int64_t delay = 0;
     int64_t tx = 0;
@@ -1082,7 +1175,7 @@ RdmaFabric::ScheduleWake(uint32_t port)
     Port& P = ports[port];
     int64_t earliest = std::numeric_limits<int64_t>::max();
     int64_t nowPs = Simulator::Now().GetPicoSeconds();
-    if (P.queue->paused[cfg.dataClass])
+    if (P.queue->paused[cfg.dataClass] || P.down)
     {
         return; // the resume kicks it
     }
@@ -1123,7 +1216,7 @@ void
 RdmaFabric::Kick(uint32_t port)
 {
     Port& P = ports[port];
-    if (P.queue->busy || P.queue->inDequeue)
+    if (P.queue->busy || P.queue->inDequeue || P.down)
     {
         return; // the device will dequeue when its wire frees up, or is choosing right now
     }
@@ -1917,6 +2010,10 @@ RdmaNetwork::TracePath(uint32_t src, uint32_t dst, uint16_t srcPort, uint16_t ds
     while (node != dst && n < cap)
     {
         uint32_t p = m_fabric->NextPort(node, dst, src, srcPort, dstPort);
+        if (p == NO_PORT)
+        {
+            break; // cut off by a link gone down: the path so far
+        }
         out[n++] = p;
         node = m_fabric->ports[p ^ 1].node;
     }
@@ -2009,6 +2106,26 @@ RdmaNetwork::ReadPfcLog(int64_t* timeNs,
         type[i] = e.type;
     }
     return n;
+}
+
+void
+RdmaNetwork::ScheduleLinkDown(int64_t atNs, uint32_t a, uint32_t b)
+{
+    int64_t now = Simulator::Now().GetNanoSeconds();
+    Simulator::Schedule(NanoSeconds(std::max<int64_t>(0, atNs - now)), &RdmaFabric::TakeDownLink, m_fabric.get(), a,
+                        b);
+}
+
+uint64_t
+RdmaNetwork::GetLinksDown() const
+{
+    return m_fabric->linksDown;
+}
+
+uint64_t
+RdmaNetwork::GetDownDrops() const
+{
+    return m_fabric->downDrops;
 }
 
 void

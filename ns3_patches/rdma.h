@@ -229,6 +229,10 @@ class RdmaNetwork : public PortNetwork
     uint64_t GetDrops() const;      //!< packets dropped by switch admission
     uint64_t GetLost() const;       //!< packets lost to the link error model
     uint64_t GetEcnMarks() const;
+    /// LINK_DOWN: at `atNs`, the link between nodes a and b goes down (see RdmaFabric::TakeDownLink).
+    void ScheduleLinkDown(int64_t atNs, uint32_t a, uint32_t b);
+    uint64_t GetLinksDown() const;
+    uint64_t GetDownDrops() const; //!< packets lost to links going down (queued there, or no route left)
     /// Oldest min(cap, logged) PFC events (the reference's pfc.txt: time, node, node type 1 for
     /// a switch and 0 for a host, the receiving port's index on its node, 1 pause / 0 resume);
     /// returns their number.

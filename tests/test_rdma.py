@@ -1,6 +1,6 @@
 """The RDMA transport on real ns-3: the reference's own cases, PFC, loss recovery, DCQCN, HPCC and
-its variants (per-hop rates, sampled feedback, PINT), TIMELY, DCTCP, the shared buffer under a
-freeze, and runs through the engine."""
+its variants (per-hop rates, sampled feedback, PINT), TIMELY, DCTCP, links going down, the shared
+buffer under a freeze, and runs through the engine."""
 
 from __future__ import annotations
 
@@ -307,6 +307,46 @@ def fcts_of(tmp_path: Path, case: str, parameters: dict) -> list[int]:
     out = tmp_path / f"{case}-{parameters}"
     api.run(scenario_with(tmp_path, case, parameters), out)
     return [int(line.split()[6]) for line in (out / "fct.txt").read_text().splitlines()]
+
+
+def case_with(tmp_path: Path, case: str, config: str, old: str, new: str) -> Path:
+    """A copy of a reference case under tmp_path with one line of its config replaced."""
+    folder = tmp_path / case
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in (CASES / case).iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    path = folder / config
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def test_a_spine_link_going_down_reroutes_its_flows(tmp_path):
+    """LINK_DOWN on a2a8: the link from leaf 8 to spine 10 goes down 100 us after the flows
+    start. Switches route around it from then on, go-back-N sends again what arrived out of order,
+    and every flow completes with all its bytes, later on average than without the failure."""
+    base = api.run(CASES / "a2a8" / "config_dcqcn.txt", tmp_path / "base")
+    config = case_with(tmp_path, "a2a8", "config_dcqcn.txt", "LINK_DOWN 0 0 0", "LINK_DOWN 100 8 10")
+    down = api.run(config, tmp_path / "down")
+    assert base.summary["rdma"]["links_down"] == 0 and down.summary["rdma"]["links_down"] == 1
+    assert down.summary["flows_finished"] == 56 and (down.flows.end_ns > 0).all()
+    assert down.summary["rdma"]["retransmitted_bytes"] > 0
+    assert down.flows.fct_ns.mean() > 1.1 * base.flows.fct_ns.mean()
+
+
+def test_a_host_link_going_down_strands_its_flows_and_the_engine_runs_unfrozen(tmp_path):
+    """A host's only link goes down (host 0 of a2a8): what its ports held is dropped, its 14 flows
+    never finish and the 42 others do; the run ends instead of hanging. The engine does not
+    freeze a run whose paths change: it says why and ends as stock."""
+    config = case_with(tmp_path, "a2a8", "config_dcqcn.txt", "LINK_DOWN 0 0 0", "LINK_DOWN 100 0 8")
+    stock = api.run(config, tmp_path / "stock")
+    accel = api.run(config, tmp_path / "accel", accel=True, cache=tmp_path / "m.whdb")
+    assert stock.summary["flows_finished"] == 42 and stock.summary["rdma"]["down_drops"] > 0
+    stranded = stock.flows[(stock.flows.src == 0) | (stock.flows.dst == 0)]
+    assert len(stranded) == 14 and (stranded.end_ns < 0).all()
+    assert accel.summary["mode"] == "accel-no-ff" and "a link goes down" in accel.summary["accel"]["not_frozen_because"]
+    assert accel.flows.end_ns.tolist() == stock.flows.end_ns.tolist()
 
 
 def test_dctcp_runs_accelerated_with_memo(tmp_path):

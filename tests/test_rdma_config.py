@@ -270,7 +270,9 @@ def test_parameter_keys_are_the_transport_keys():
     ("SAMPLE_FEEDBACK 0", "SAMPLE_FEEDBACK on", "SAMPLE_FEEDBACK", ["'on' is not 0 or 1"]),
     ("PINT_LOG_BASE 1.05", "PINT_LOG_BASE 1", "PINT_LOG_BASE", ["out of range", "> 1"]),
     ("PINT_PROB 1.0", "PINT_PROB 0", "PINT_PROB", ["out of range"]),
-    ("LINK_DOWN 0 0 0", "LINK_DOWN 1000 0 1", "LINK_DOWN", ["not supported"]),
+    ("LINK_DOWN 0 0 0", "LINK_DOWN 1000 0 1", "LINK_DOWN", ["no link between nodes 0 and 1"]),
+    ("LINK_DOWN 0 0 0", "LINK_DOWN 0 0 3", "LINK_DOWN", ["time 0 means no failure"]),
+    ("LINK_DOWN 0 0 0", "LINK_DOWN 5 3 3", "LINK_DOWN", ["two different nodes"]),
     ("MI_THRESH 0", "MI_THRESH 0.5", "MI_THRESH", ["'0.5' is not an int"]),
     ("SIMULATOR_STOP_TIME 3.00", "SIMULATOR_STOP_TIME 3s", "SIMULATOR_STOP_TIME", ["'3s'"]),
     ("TOPOLOGY_FILE incast2/topology.txt", "TOPOLOGY_FILE incast2/nope.txt", "TOPOLOGY_FILE",
@@ -282,6 +284,38 @@ def test_config_error_names_file_line_and_key(tmp_path, old, new, key, words):
     assert f"config_dcqcn.txt line {_line_of(key)}: {key}: " in str(e)
     for w in words:
         assert w in e.message
+
+
+def test_link_down_becomes_a_link_failure_after_2_s(tmp_path):
+    """LINK_DOWN time a b: the link a-b goes down `time` us after 2 s, where the reference's flows
+    start; '0 0 0' is none."""
+    config = _case_copy(tmp_path, edit=lambda t: t.replace("LINK_DOWN 0 0 0", "LINK_DOWN 1000 3 0"))
+    (failure,) = load_scenario(config).link_failures
+    assert failure.link == (3, 0) and failure.at == 2_001_000_000
+    assert load_scenario(_case_copy(tmp_path / "none")).link_failures == ()
+
+
+@pytest.mark.parametrize("extra, field, words", [
+    ("link_failures: [{link: [0, 1], at: 10us}]", "link_failures[0].link", ["no link between nodes 0 and 1"]),
+    ("link_failures: [{link: [0, 3], at: soon}]", "link_failures[0].at", ["soon"]),
+    ("link_failures: [{link: [0, 3]}]", "link_failures[0].at", ["missing"]),
+])
+def test_yaml_link_failure_errors(tmp_path, extra, field, words):
+    path = _yaml_scenario(tmp_path, "{kind: rdma}")
+    path.write_text(path.read_text() + extra + "\n")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path)
+    assert "\n" not in str(e.value) and e.value.field == field
+    for w in words:
+        assert w in e.value.message
+
+
+def test_link_failures_need_rdma(tmp_path):
+    path = _yaml_scenario(tmp_path, "{kind: dctcp}")
+    path.write_text(path.read_text() + "link_failures: [{link: [0, 3], at: 10us}]\n")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(path)
+    assert e.value.field == "link_failures[0]" and "RDMA transport only" in e.value.message
 
 
 def test_unknown_key(tmp_path):

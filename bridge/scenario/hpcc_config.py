@@ -33,6 +33,7 @@ _U32 = 2**32 - 1
 _I64 = 2**63 - 1
 _MAX_RATE = 2**64 - 1
 FRAME_OVERHEAD_BYTES = 48  # the reference's data-packet headers: frame = payload + 48
+LINK_DOWN_BASE_NS = 2 * 10**9  # LINK_DOWN counts from 2 s, where the reference's flows start
 
 CC_MODES = {"dcqcn": 1, "hpcc": 3, "timely": 7, "dctcp": 8, "hpcc-pint": 10}
 _CC_NAMES = {mode: name for name, mode in CC_MODES.items()}
@@ -222,13 +223,20 @@ def _zero_only(tokens: list[str]) -> int:
     return 0
 
 
-def _link_down(tokens: list[str]) -> tuple[int, int, int]:
+def _link_down(tokens: list[str]) -> tuple[int, int, int] | None:
+    """`time node_a node_b`: the link goes down `time` us after 2 s (where the reference's flows
+    start); '0 0 0' (time 0) is no failure -> (time ns, node_a, node_b) or None."""
     if len(tokens) != 3:
         raise ValueError(f"expected 'time node_a node_b', got {' '.join(tokens)!r}")
-    values = tuple(_int_token(t, 0, _U32) for t in tokens)
-    if any(values):
-        raise ValueError(f"{' '.join(tokens)!r} is not supported (only '0 0 0': no link failure)")
-    return values
+    time_us, a, b = (_int_token(t, 0, _U32) for t in tokens)
+    if time_us == 0:
+        if a or b:
+            raise ValueError(f"{' '.join(tokens)!r}: time 0 means no failure (the reference ignores "
+                             "the nodes); give the time in us after 2 s")
+        return None
+    if a == b:
+        raise ValueError(f"{' '.join(tokens)!r}: a link joins two different nodes")
+    return (LINK_DOWN_BASE_NS + time_us * 1000, a, b)
 
 
 def _ecn_map(kind: str) -> Callable[[list[str]], tuple[tuple[int, object], ...]]:
@@ -409,6 +417,7 @@ class HpccConfig:
     flow_file: str | None                   # FLOW_FILE as written
     stop_time: str | None                   # SIMULATOR_STOP_TIME as written (seconds)
     stop_time_ns: int | None
+    link_down: tuple[int, int, int] | None  # LINK_DOWN as (at ns, node_a, node_b), None: no failure
 
     @property
     def cc(self) -> str | None:
@@ -467,7 +476,7 @@ def parse_hpcc_config(path: str | Path, label: str | None = None) -> HpccConfig:
     config = HpccConfig(Path(path), label, MappingProxyType(values), MappingProxyType(lines),
                         other.get("TOPOLOGY_FILE"), other.get("FLOW_FILE"),
                         raw.get("SIMULATOR_STOP_TIME"),
-                        other.get("SIMULATOR_STOP_TIME"))
+                        other.get("SIMULATOR_STOP_TIME"), other.get("LINK_DOWN"))
     _check_ecn_maps(values, {k: config.where(k) for k in values})
     return config
 

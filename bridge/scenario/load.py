@@ -4,7 +4,8 @@ Every problem becomes one `ScenarioError` naming the scenario file, the field pa
 (`flows[3].dst`, `topology.hosts_per_leaf`, `flow.txt line 4: size`) and the bad value.
 
 A config file of the HPCC paper's reference simulator (`KEY value` lines, see hpcc_config.py) is
-a scenario too: its TOPOLOGY_FILE, FLOW_FILE and SIMULATOR_STOP_TIME with an RDMA transport.
+a scenario too: its TOPOLOGY_FILE, FLOW_FILE, SIMULATOR_STOP_TIME and LINK_DOWN with an RDMA
+transport.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def hpcc_config_scenario(path: str | os.PathLike) -> Scenario:
 
     Name `<case folder>-<file stem>`, seed 1, topology and flows from TOPOLOGY_FILE and FLOW_FILE
     (resolved against the file's folder, then its parent: the reference ran from the folder above
-    its cases), stop time SIMULATOR_STOP_TIME, transport rdma with this file as `config`.
+    its cases), stop time SIMULATOR_STOP_TIME, a link failure from LINK_DOWN, transport rdma with
+    this file as `config`.
     Raises ScenarioError naming the file, line and key.
     """
     where = str(path)
@@ -106,9 +108,17 @@ def hpcc_config_scenario(path: str | os.PathLike) -> Scenario:
     data["transport"] = {"kind": "rdma", "config": str(file)}
     if config.stop_time_ns is not None:
         data["stop_time"] = config.stop_time_ns
+    if config.link_down is not None:
+        at_ns, a, b = config.link_down
+        data["link_failures"] = [{"link": [a, b], "at": at_ns}]
     # Merge now, so that a problem with the file's values names the file as the user did.
     resolve_rdma(config, {}, None)
-    return parse_scenario_dict(data, path)
+    try:
+        return parse_scenario_dict(data, path)
+    except ScenarioError as e:
+        if e.field and e.field.startswith("link_failures"):  # its only source: LINK_DOWN's line
+            raise ScenarioError(None, config.where("LINK_DOWN"), e.message) from None
+        raise
 
 
 def parse_scenario_dict(data: object, path: str | os.PathLike | None) -> Scenario:
@@ -178,6 +188,13 @@ def _cross_check(s: Scenario, base_dir: Path) -> Scenario:
         check_training(s.training)  # whether the plan fits the topology is checked when it is built
 
     t = s.transport
+    for i, failure in enumerate(s.link_failures):
+        field = f"link_failures[{i}]"
+        if t.kind != "rdma":
+            raise _err(field, "link failures are built for the RDMA transport only (transport.kind: rdma)")
+        a, b = failure.link
+        if not any({link.a, link.b} == {a, b} for link in topology.links):
+            raise _err(f"{field}.link", f"no link between nodes {a} and {b} in the topology")
     if t.kind == "rdma":
         _check_rdma(t, topology, base_dir)
         return s.model_copy(update={"topology": topo_spec, "flows": flows})

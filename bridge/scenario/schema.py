@@ -170,9 +170,10 @@ class RdmaTransportSpec(_Spec):
 
     Parameters are the reference's config.txt keys: `config` names such a file, `parameters`
     overrides its keys (same syntax, e.g. {RATE_AI: 40Mb/s, BUFFER_SIZE: 4}), `cc` overrides its
-    CC_MODE. `resolved()` gives every value in our units. The scenario's own topology, workload
-    and stop_time apply: the config file's TOPOLOGY_FILE, FLOW_FILE and SIMULATOR_STOP_TIME are
-    only used when the file itself is run as a scenario (see load.py).
+    CC_MODE. `resolved()` gives every value in our units. The scenario's own topology, workload,
+    stop_time and link_failures apply: the config file's TOPOLOGY_FILE, FLOW_FILE,
+    SIMULATOR_STOP_TIME and LINK_DOWN are only used when the file itself is run as a scenario
+    (see load.py).
     """
 
     kind: Literal["rdma"]
@@ -232,6 +233,14 @@ class FlowSpec(_Spec):
     start: DelayNs = 0
 
 
+class LinkFailureSpec(_Spec):
+    """The link between nodes `link` goes down at `at` ns (RDMA): what its ports hold is lost,
+    and every switch routes around it from then on (the reference's LINK_DOWN)."""
+
+    link: tuple[NodeId, NodeId]
+    at: DurationNs
+
+
 class AccelSpec(_Spec):
     """Steady-state detection and fast-forward settings (see bridge/engine/fastforward.py).
 
@@ -289,6 +298,7 @@ class Scenario(_Spec):
     aicb: AicbSpec | None = None
     accel: AccelSpec = AccelSpec()
     stop_time: DurationNs | None = None                              # ns
+    link_failures: tuple[LinkFailureSpec, ...] = ()
     _source_path: Path | None = PrivateAttr(None)
 
     @property
