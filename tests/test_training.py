@@ -222,6 +222,39 @@ def test_compute_durations_from_flops():
     assert {t.duration_ns for t in w.tasks if t.label.startswith("fwd")} == {round(fwd / 2000)}
 
 
+def test_a_straggler_computes_slower_and_holds_up_its_pipeline():
+    """A straggler's compute tasks take `slowdown` times as long; the others' do not change, and
+    its pipeline peer's next step waits for it."""
+    def stage1_forward_deps(w):
+        f0 = next(f for f in flows(w, "pp_fwd") if f.step == 0)
+        return next(t for t in w.tasks if isinstance(t, ComputeTask) and t.host == 1).deps, f0
+
+    base = build_training(make({"layers": 2}, pp=2), [0, 1], None)
+    slow = build_training(load_training({"model": {**SMALL, "layers": 2}, "parallelism": {"pp": 2},
+                                         "gpu": UNIT_GPU, "stragglers": [{"hosts": [0], "slowdown": 2.5}]},
+                                        "t.yaml"), [0, 1], None)
+    durations = {w_name: {(t.host, t.label): t.duration_ns for t in w.tasks if isinstance(t, ComputeTask)}
+                 for w_name, w in (("base", base), ("slow", slow))}
+    for (host, label), d in durations["base"].items():
+        assert durations["slow"][(host, label)] == (round(d * 2.5) if host == 0 else d)
+    deps, f0 = stage1_forward_deps(slow)
+    assert deps == (f0.id,)           # stage 1 waits for the straggler's activation
+
+
+@pytest.mark.parametrize("stragglers, words", [
+    ([{"hosts": [5], "slowdown": 2}], ["host 5 runs no rank of this job", "hosts 0-1"]),
+    ([{"hosts": [0], "slowdown": 2}, {"hosts": [0], "slowdown": 3}], ["host 0 is listed twice"]),
+])
+def test_straggler_errors_name_the_field(stragglers, words):
+    spec = load_training({"model": {**SMALL, "layers": 2}, "parallelism": {"pp": 2}, "stragglers": stragglers},
+                         "s.yaml")
+    with pytest.raises(ScenarioError) as err:
+        build_training(spec, [0, 1, 2, 3, 4, 5], None, "s.yaml")
+    assert err.value.field.startswith("training.stragglers[") and err.value.field.endswith("].hosts")
+    for w in words:
+        assert w in err.value.message
+
+
 # --- expert parallel ----------------------------------------------------------------------------
 
 MOE = {"experts": 4, "top_k": 2}
@@ -295,6 +328,8 @@ def test_moe_layers_every_k():
      "training.parallelism.ep"),
     ({"preset": "gpt-9000"}, "training.preset"),
     ({"iterations": 0}, "training.iterations"),
+    ({"stragglers": [{"hosts": [0], "slowdown": 0}]}, "training.stragglers.0.slowdown"),
+    ({"stragglers": [{"hosts": [], "slowdown": 2}]}, "training.stragglers.0.hosts"),
 ])
 def test_bad_spec_fails_naming_the_field(override, field):
     data = {"preset": "gpt-tiny", **override}

@@ -25,12 +25,15 @@ def h():
     return load()
 
 
-def execute(h, name: str, topology: dict | None = None, parallelism: dict | None = None, **transport):
+def execute(h, name: str, topology: dict | None = None, parallelism: dict | None = None, stragglers=(),
+            **transport):
     path = ROOT / "scenarios" / f"{name}.yaml"
     data = yaml.safe_load(path.read_text())
     data["topology"].update(topology or {})
     if parallelism:
         data["training"]["parallelism"] = parallelism
+    if stragglers:
+        data["training"]["stragglers"] = list(stragglers)
     data["transport"] = {**data.get("transport", {}), **transport}
     scenario = parse_scenario_dict(data, path)
     topology = build_topology(scenario.topology)
@@ -92,3 +95,16 @@ def test_uncongested_gpt_tiny_iteration_matches_the_analytical_time(h):
     analytical = max(finish.values()) - run.workload_start_ns
     measured = int(iterations_frame(workload, run).time_ns[0])
     assert abs(measured - analytical) / analytical < 0.01, (measured, analytical)
+
+
+def test_a_straggler_stretches_the_iteration(h):
+    """One GPU computing 3x slower (a straggler) holds up its pipeline and its rings: the
+    iteration takes longer, by part of its extra compute (the rest falls into pipeline bubbles)
+    and not by more than all of it."""
+    _, _, workload, base = execute(h, "gpt-tiny")
+    _, _, slow_workload, slow = execute(h, "gpt-tiny", stragglers=[{"hosts": [0], "slowdown": 3}])
+    assert slow.stop_reason == "done" and not slow.unfinished
+    extra = sum(2 * t.duration_ns for t in workload.tasks if isinstance(t, ComputeTask) and t.host == 0)
+    before = int(iterations_frame(workload, base).time_ns[0])
+    after = int(iterations_frame(slow_workload, slow).time_ns[0])
+    assert 0.25 * extra < after - before <= 1.05 * extra

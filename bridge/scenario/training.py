@@ -92,6 +92,14 @@ class GpuSpec(_Frozen):
     efficiency: float = Field(default=0.5, gt=0, le=1)
 
 
+class StragglerSpec(_Frozen):
+    """GPUs (by host id) whose every compute task takes `slowdown` times as long: a slow, throttled
+    or degraded GPU, whose rank holds up its pipeline and its all-reduce rings."""
+
+    hosts: tuple[int, ...] = Field(min_length=1)
+    slowdown: float = Field(gt=0)
+
+
 class TrainingSpec(_Frozen):
     """One training job. Validate with `load_training` to get ScenarioError messages."""
 
@@ -100,6 +108,7 @@ class TrainingSpec(_Frozen):
     parallelism: ParallelismSpec = ParallelismSpec()
     gpu: GpuSpec = GpuSpec()
     iterations: int = Field(default=1, gt=0)
+    stragglers: tuple[StragglerSpec, ...] = ()
 
     @model_validator(mode="before")
     @classmethod

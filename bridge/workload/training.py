@@ -25,6 +25,7 @@ Modelled, per iteration (tokens T = micro_batch_size * seq_len, h = hidden, d = 
   Dense stages get one compute task per (micro-batch, direction); MoE stages split it around each
   all-to-all. 1F1B order on each GPU is a dependency chain.
 - Iteration i+1 on a GPU starts after every all-reduce chunk of iteration i has reached it.
+- Stragglers: the compute of the GPUs a `stragglers` entry lists takes `slowdown` times as long.
 Not modelled: recomputation, virtual pipeline stages, the optimizer step's time, embedding-tie and
 layernorm/bias gradients, load imbalance across experts, TP traffic.
 """
@@ -174,9 +175,10 @@ def _ready_order(pp: int, micro_batches: int) -> Iterator[tuple[int, str, int]]:
 class _Generator:
     """Emits the tasks of all iterations into one DagBuilder."""
 
-    def __init__(self, spec: TrainingSpec, placement: dict[Coord, int], dag: DagBuilder):
+    def __init__(self, spec: TrainingSpec, placement: dict[Coord, int], dag: DagBuilder,
+                 slowdown: dict[int, float]):
         self.spec, self.par, self.model = spec, spec.parallelism, _Model(spec)
-        self.host, self.dag = placement, dag
+        self.host, self.dag, self.slowdown = placement, dag, slowdown
         par = self.par
         self.fwd_segments = [self.model.forward_segments(s) for s in range(par.pp)]
         # EP group g of a stage: slab indices g*ep .. g*ep+ep-1, slab index = t*dp + j.
@@ -215,7 +217,10 @@ class _Generator:
             if not seg.a2a:
                 flops = seg.flops * (2 if direction == "bwd" else 1)
                 for h in hosts:
-                    cur[h] = dag.compute(h, model.duration_ns(flops), cur[h], iteration=it,
+                    duration = model.duration_ns(flops)
+                    if h in self.slowdown:
+                        duration = max(1, round(duration * self.slowdown[h]))
+                    cur[h] = dag.compute(h, duration, cur[h], iteration=it,
                                          label=f"{direction}/mb{mb}/pp{s}/c{k}")
                 continue
             for g, members in enumerate(self.ep_groups(s)):
@@ -273,13 +278,30 @@ def build_training(spec: TrainingSpec, hosts: list[int], gpus_per_server: int | 
     check_training(spec, path)
     par = spec.parallelism
     placement = place_ranks(par.tp, par.pp, par.dp, hosts, gpus_per_server, path)
+    slowdown = _slowdowns(spec, set(placement.values()), path)
     dag = DagBuilder(server_lookup(hosts, gpus_per_server))
-    _Generator(spec, placement, dag).run()
+    _Generator(spec, placement, dag, slowdown).run()
     workload = Workload(dag.tasks, iterations=spec.iterations)
     workload.meta.update(kind="training", preset=spec.preset, world=par.world,
                          placement={f"pp{s}/dp{j}/tp{t}": h for (s, j, t), h in placement.items()},
                          bytes_per_iteration=bytes_by_collective(workload))
     return workload
+
+
+def _slowdowns(spec: TrainingSpec, used: set[int], path) -> dict[int, float]:
+    """host -> compute slowdown of the stragglers; each must be a GPU of this job, listed once."""
+    out: dict[int, float] = {}
+    for i, straggler in enumerate(spec.stragglers):
+        for host in straggler.hosts:
+            field = f"training.stragglers[{i}].hosts"
+            if host not in used:
+                span = (f"hosts {min(used)}-{max(used)}" if max(used) - min(used) + 1 == len(used)
+                        else f"{len(used)} hosts")
+                raise ScenarioError(path, field, f"host {host} runs no rank of this job (it runs on {span})")
+            if host in out:
+                raise ScenarioError(path, field, f"host {host} is listed twice")
+            out[host] = straggler.slowdown
+    return out
 
 
 def bytes_by_collective(workload: Workload) -> dict[str, int]:
