@@ -55,8 +55,16 @@ def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from . import api
+    import signal
 
+    from . import api
+    from .errors import RunInterrupted
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    # SIGTERM (kill, a batch scheduler) stops like Ctrl-C: the run ends and keeps what finished.
+    signal.signal(signal.SIGTERM, interrupt)
     console = Console(stderr=True)
     scenario = api.load_scenario(args.scenario)  # errors before the progress display stay one line
     if args.accel and args.ff and args.memo:
@@ -71,19 +79,25 @@ def _run(args: argparse.Namespace) -> int:
         def progress(p: dict) -> None:
             bar.update(task, total=p["flows"], completed=p["flows_done"], sim=f"{p['sim_ns'] / 1e3:,.1f} us")
 
-        result = api.run(scenario, args.out, accel=args.accel, fast_forward=args.ff, memo=args.memo,
-                         cache=args.cache, accel_overrides=_accel_overrides(args), seed=args.seed,
-                         stop_time_ns=args.stop_time, timeout_s=args.timeout, progress=progress)
+        try:
+            result = api.run(scenario, args.out, accel=args.accel, fast_forward=args.ff, memo=args.memo,
+                             cache=args.cache, accel_overrides=_accel_overrides(args), seed=args.seed,
+                             stop_time_ns=args.stop_time, timeout_s=args.timeout, progress=progress)
+        except RunInterrupted as e:
+            if e.out_dir is None:
+                raise
+            result = api.read_results(e.out_dir)
     s = result.summary
     wall = s["wall_s"]
     console.print(f"{s['flows_finished']}/{s['flows']} flows, simulated {s['sim_time_ns'] / 1e3:,.1f} us, "
                   f"{s['events']:,} events, wall {wall['total']:.1f} s (import {wall['import']:.1f}, "
                   f"build {wall['build']:.1f}, loop {wall['loop']:.1f}) -> {args.out}")
     if "iteration_time_ns" in s:
-        console.print("iteration times: " + ", ".join(f"{t / 1e6:.3f} ms" for t in s["iteration_time_ns"]))
+        console.print("iteration times: " + ", ".join("unfinished" if t < 0 else f"{t / 1e6:.3f} ms"
+                                                      for t in s["iteration_time_ns"]))
     if s["flows_finished"] < s["flows"]:
         console.print(f"[red]{s['flows'] - s['flows_finished']} flows did not finish: {s['stop_reason']}")
-        return 1
+        return 130 if s["stop_reason"] == "interrupted" else 1
     return 0
 
 
@@ -268,8 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     except WormholeError as exc:
         print(f"wormhole: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("wormhole: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        kept = getattr(exc, "out_dir", None)
+        print("wormhole: interrupted" + (f"; what finished is in {kept}" if kept else ""), file=sys.stderr)
         return 130
 
 

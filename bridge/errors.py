@@ -22,3 +22,12 @@ class CacheFileError(WormholeError):
 
 class SimulationError(WormholeError):
     """The ns-3 child process failed (abort, crash, timeout)."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) stopped a run; what it had finished is in `out_dir` (stop_reason
+    "interrupted" in its summary.json), or nothing if it was stopped before it could write."""
+
+    def __init__(self, out_dir=None):
+        super().__init__()
+        self.out_dir = out_dir

@@ -4,6 +4,8 @@ ns-3 asserts call abort(), which no Python code can catch; in a child, an abort 
 `SimulationError` here. The child writes into a private folder inside the output folder; its
 files replace the old ones only when it succeeded, so a failed run never damages earlier results.
 The child reports progress and its summary as JSON lines on stdout, prefixed with `@wormhole `.
+A first Ctrl-C asks the child to stop (SIGINT): it ends its run where it is and writes what
+finished, which is kept; a second one kills it.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from .errors import SimulationError, WormholeError
+from .errors import RunInterrupted, SimulationError, WormholeError
 
 PREFIX = "@wormhole "
 ProgressFn = Callable[[dict], None]
+_STOP = threading.Event()   # in a child: SIGINT asked it to stop where it is
 
 # What ns-3 and the C++ runtime print when they abort, most telling first.
 _ABORT_PATTERNS = [r"NS_ASSERT failed.*", r"msg=.*", r"NS_FATAL.*", r"what\(\):.*", r"terminate called.*",
@@ -52,6 +55,7 @@ def run_child(module: str, payload: dict, out_dir: Path, progress: ProgressFn | 
     stderr_path = work / ".stderr"
     result: dict | None = None
     error: str | None = None
+    interrupted = False
     try:
         with open(stderr_path, "w+") as stderr:
             proc = subprocess.Popen([sys.executable, "-m", module, json.dumps(payload)],
@@ -61,14 +65,24 @@ def run_child(module: str, payload: dict, out_dir: Path, progress: ProgressFn | 
             if timeout_s:
                 timer = threading.Timer(timeout_s, lambda: os.killpg(proc.pid, signal.SIGKILL))
                 timer.start()
-            for line in proc.stdout:
-                if not line.startswith(PREFIX):
-                    continue
-                message = json.loads(line[len(PREFIX):])
-                if "progress" in message and progress is not None:
-                    progress(message["progress"])
-                result = message.get("result", result)
-                error = message.get("error", error)
+            while True:
+                try:
+                    for line in proc.stdout:
+                        if not line.startswith(PREFIX):
+                            continue
+                        message = json.loads(line[len(PREFIX):])
+                        if "progress" in message and progress is not None:
+                            progress(message["progress"])
+                        result = message.get("result", result)
+                        error = message.get("error", error)
+                    break
+                except KeyboardInterrupt:
+                    if interrupted:        # the second Ctrl-C: no waiting for the child
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        proc.wait()
+                        raise RunInterrupted() from None
+                    interrupted = True     # the first: the child stops and writes what finished
+                    os.kill(proc.pid, signal.SIGINT)
             rc = proc.wait()
             if timer is not None:
                 timer.cancel()
@@ -76,6 +90,8 @@ def run_child(module: str, payload: dict, out_dir: Path, progress: ProgressFn | 
             stderr_text = stderr.read()
         if error is not None:
             raise WormholeError(error)
+        if interrupted and (rc != 0 or result is None):
+            raise RunInterrupted()  # stopped before it could write anything
         if rc != 0 or result is None:
             if rc == -signal.SIGKILL and timeout_s:
                 raise SimulationError(f"simulation exceeded the {timeout_s:g} s time limit and was stopped")
@@ -85,9 +101,16 @@ def run_child(module: str, payload: dict, out_dir: Path, progress: ProgressFn | 
         for item in sorted(work.iterdir(), key=lambda p: p.name == "summary.json"):
             if not item.name.startswith("."):
                 os.replace(item, out_dir / item.name)
+        if interrupted:
+            raise RunInterrupted(out_dir)
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def stop_requested() -> bool:
+    """In a child: whether the parent asked it to stop where it is (a Ctrl-C)."""
+    return _STOP.is_set()
 
 
 def child_main(run: Callable[[dict, ProgressFn], dict]) -> None:
@@ -97,6 +120,7 @@ def child_main(run: Callable[[dict, ProgressFn], dict]) -> None:
         sys.stdout.flush()
 
     payload = json.loads(sys.argv[1])
+    signal.signal(signal.SIGINT, lambda signum, frame: _STOP.set())
     try:
         result = run(payload, lambda p: send({"progress": p}))
     except WormholeError as exc:

@@ -64,9 +64,11 @@ def build_workload(scenario: Scenario, topology: Topology) -> Workload:
 
 
 def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
-             progress: Callable[[int, int, int], None] | None = None) -> dict:
+             progress: Callable[[int, int, int], None] | None = None,
+             stop_requested: Callable[[], bool] | None = None) -> dict:
     """Run the scenario in this process, write flows.csv, fct.txt, iterations.csv, summary.json
-    (and partitions.csv, the mode timeline, when accelerated)."""
+    (and partitions.csv, the mode timeline, when accelerated). `stop_requested` returning true
+    ends the run where it is (stop_reason "interrupted"); what finished is written."""
     t0 = time.perf_counter()
     scenario = with_accel_overrides(scenario, options.accel_overrides)
     topology = build_topology(scenario.topology)
@@ -94,7 +96,8 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
     build_s = time.perf_counter() - t_build
     stop = options.stop_time_ns or scenario.stop_time or DEFAULT_STOP_TIME_NS
     run = Executor(workload, net, stop, progress, fast_forward=ff, nudge_ns=options.nudge_ns,
-                   jitter_ns=options.jitter_ns, jitter_seed=(seed, options.jitter_draw)).run()
+                   jitter_ns=options.jitter_ns, jitter_seed=(seed, options.jitter_draw),
+                   stop_requested=stop_requested).run()
 
     if net.rdma:
         ideal = RdmaIdealFct(topology, segment_size(scenario.transport))
@@ -215,6 +218,7 @@ def open_memo(scenario: Scenario, path: str | Path | None = None) -> Memo:
 
 
 def _child(payload: dict, progress: Callable[[dict], None]) -> dict:
+    from .runner import stop_requested
     from .scenario import load_scenario
 
     scenario = load_scenario(payload["scenario"])
@@ -224,7 +228,8 @@ def _child(payload: dict, progress: Callable[[dict], None]) -> dict:
                          cache=payload.get("cache"), nudge_ns=payload.get("nudge_ns", 0),
                          jitter_ns=payload.get("jitter_ns", 0), jitter_draw=payload.get("jitter_draw", 0))
     return simulate(scenario, Path(payload["out"]), options,
-                    lambda now, done, total: progress({"sim_ns": now, "flows_done": done, "flows": total}))
+                    lambda now, done, total: progress({"sim_ns": now, "flows_done": done, "flows": total}),
+                    stop_requested)
 
 
 if __name__ == "__main__":

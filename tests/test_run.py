@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from bridge import api
-from bridge.errors import ScenarioError, SimulationError
+from bridge.errors import RunInterrupted, ScenarioError, SimulationError
 from bridge.runner import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,6 +102,48 @@ def test_unfinished_flows_are_reported(tmp_path):
     assert proc.returncode == 1 and "did not finish" in proc.stderr
     flows = pd.read_csv(tmp_path / "flows.csv")
     assert (flows.end_ns == -1).any()
+
+
+def test_a_run_stopped_before_an_iteration_began_writes_it_unfinished(tmp_path):
+    """Stopped 1 ms into gpt-bench's first iteration: both iterations are written as unfinished
+    (-1), the second one never having begun. (This crashed in iterations.csv before.)"""
+    proc = wormhole("run", str(ROOT / "scenarios" / "gpt-bench-dcqcn.yaml"), "--out", str(tmp_path),
+                    "--stop-time", "1ms", "--quiet")
+    assert proc.returncode == 1 and "stop_time reached" in proc.stderr
+    it = pd.read_csv(tmp_path / "iterations.csv")
+    assert list(it.time_ns) == [-1, -1] and list(it.start_ns) == [0, -1] and it.compute_ns[0] > 0
+    assert "unfinished, unfinished" in proc.stderr
+
+
+def test_ctrl_c_ends_the_run_and_keeps_what_finished(tmp_path):
+    """A first Ctrl-C (here raised from the progress callback, where the CLI's display runs)
+    asks the child to stop: it writes what finished, with stop_reason "interrupted"."""
+    def interrupt(p: dict) -> None:
+        if p["flows_done"] > 0 and not asked:
+            asked.append(True)
+            raise KeyboardInterrupt
+
+    asked: list[bool] = []
+    with pytest.raises(RunInterrupted) as e:
+        api.run(ROOT / "scenarios" / "gpt-bench-dcqcn.yaml", tmp_path, progress=interrupt)
+    assert e.value.out_dir == tmp_path
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted" and 0 < summary["flows_finished"] < summary["flows"]
+    flows = pd.read_csv(tmp_path / "flows.csv")
+    assert (flows.end_ns >= 0).sum() == summary["flows_finished"]
+
+
+def test_a_second_ctrl_c_kills_the_run_and_keeps_earlier_results(tmp_path):
+    (tmp_path / "flows.csv").write_text("earlier results\n")
+
+    def interrupt(p: dict) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(RunInterrupted) as e:
+        api.run(ROOT / "scenarios" / "gpt-bench-dcqcn.yaml", tmp_path, progress=interrupt)
+    assert e.value.out_dir is None
+    assert [p.name for p in tmp_path.iterdir()] == ["flows.csv"]
+    assert (tmp_path / "flows.csv").read_text() == "earlier results\n"
 
 
 def test_check_prints_scenario_contents():

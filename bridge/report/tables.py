@@ -149,7 +149,9 @@ def iterations_frame(workload: Workload, run: Execution) -> pd.DataFrame:
     """One row per training iteration.
 
     compute_ns is the busiest GPU's compute time; exposed_<dp|pp|ep>_ns is, on the GPU where it is
-    largest, the time that GPU sends or receives that kind of traffic while not computing.
+    largest, the time that GPU sends or receives that kind of traffic while not computing. An
+    iteration the run did not finish has end_ns and time_ns -1 (start_ns too if it never began)
+    and counts the tasks that finished.
     """
     rows = []
     for it in range(workload.iterations):
@@ -157,11 +159,15 @@ def iterations_frame(workload: Workload, run: Execution) -> pd.DataFrame:
         starts = run.start_ns[[t.id for t in tasks]]
         ends = run.end_ns[[t.id for t in tasks]]
         finished = bool((ends >= 0).all())
-        start, end = int(starts[starts >= 0].min()), int(ends.max()) if finished else -1
+        started = starts[starts >= 0]     # none: the run stopped before this iteration began
+        start = int(started.min()) if started.size else -1
+        end = int(ends.max()) if finished else -1
         compute: dict[int, list[tuple[int, int]]] = {}
         comm: dict[str, dict[int, list[tuple[int, int]]]] = {k: {} for k in COMM_KINDS}
         for t in tasks:
             span = (int(run.start_ns[t.id]), int(run.end_ns[t.id]))
+            if span[1] < 0:
+                continue   # (a run stopped early: its iteration counts what finished)
             if isinstance(t, ComputeTask):
                 compute.setdefault(t.host, []).append(span)
                 continue
