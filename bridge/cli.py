@@ -114,6 +114,10 @@ def _check(args: argparse.Namespace) -> int:
           f"{len(topology.links)} links; {len(flows)} flows, {sum(f.size for f in flows):,} bytes, "
           f"{len(workload.tasks) - len(flows)} compute tasks, {workload.iterations} iterations; "
           f"fingerprint {scenario.fingerprint()[:12]}")
+    for failure in scenario.link_failures:
+        print(f"  link {failure.link[0]}-{failure.link[1]} goes down at {failure.at / 1e3:,.3f} us")
+    for straggler in scenario.training.stragglers if scenario.training else ():
+        print(f"  hosts {', '.join(map(str, straggler.hosts))} compute {straggler.slowdown:g}x slower")
     return 0
 
 

@@ -151,6 +151,17 @@ def test_check_prints_scenario_contents():
     assert proc.returncode == 0 and "roft" in proc.stdout and "flows" in proc.stdout
 
 
+def test_check_lists_link_failures_and_stragglers(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\ntopology: {kind: leaf-spine, leaves: 2, spines: 2, hosts_per_leaf: 8, "
+                    "host_link: {rate: 100Gbps, delay: 1us}, oversubscription: 1}\n"
+                    "training: {preset: gpt-tiny, stragglers: [{hosts: [0, 5], slowdown: 1.5}]}\n"
+                    "transport: {kind: rdma}\nlink_failures: [{link: [16, 18], at: 50us}]\n")
+    proc = wormhole("check", str(path))
+    assert proc.returncode == 0
+    assert "link 16-18 goes down at 50.000 us" in proc.stdout and "hosts 0, 5 compute 1.5x slower" in proc.stdout
+
+
 def test_training_run_writes_iterations_and_tagged_flows(tmp_path):
     result = api.run(ROOT / "scenarios" / "gpt-tiny.yaml", tmp_path)
     it, flows = result.iterations, result.flows
