@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <unordered_map>
 
 using namespace ns3;
@@ -425,6 +426,15 @@ class RdmaFabric
     void RateIncreaseTimer(RdmaQp* qp);
     // HPCC
     void HpccAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h);
+    /// HPCC's rule: from reference rate `ref` at stage `stage`, utilization `u` gives the new rate
+    /// (multiplicative over U_TARGET or after MI_THRESH additive steps, then RATE_AI) and stage.
+    std::pair<double, uint32_t> HpccRate(double ref, uint32_t stage, double u, double maxRate) const
+    {
+        double k = u / cfg.uTarget;
+        bool multiplicative = k >= 1 || stage >= cfg.miThresh;
+        double rate = (multiplicative ? ref / k : ref) + double(cfg.rateAiBps);
+        return {std::clamp(rate, double(cfg.minRateBps), maxRate), multiplicative ? 0 : stage + 1};
+    }
     void HpccMultiRate(RdmaQp* qp, const IntStack& tag, bool full);
     void PintAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h);
     void PintStamp(Port& out, IntStack& stack, uint64_t qlen);
@@ -1561,20 +1571,7 @@ RdmaFabric::HpccAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h)
         int64_t T = qp->baseRttNs;
         dt = std::min(dt, T);
         qp->u = (qp->u * double(T - dt) + uMax * double(dt)) / double(T);
-        double k = qp->u / cfg.uTarget;
-        double rate;
-        uint32_t stage;
-        if (k >= 1 || qp->incStage >= cfg.miThresh)
-        {
-            rate = qp->refRate / k + double(cfg.rateAiBps);
-            stage = 0;
-        }
-        else
-        {
-            rate = qp->refRate + double(cfg.rateAiBps);
-            stage = qp->incStage + 1;
-        }
-        rate = std::clamp(rate, double(cfg.minRateBps), qp->maxRate);
+        auto [rate, stage] = HpccRate(qp->refRate, qp->incStage, qp->u, qp->maxRate);
         ChangeRate(qp, rate);
         if (full)
         {
@@ -1620,18 +1617,7 @@ RdmaFabric::HpccMultiRate(RdmaQp* qp, const IntStack& tag, bool full)
                        double(std::min(now.qlen, last.qlen)) * qp->maxRate / double(now.rateBps) / double(qp->window);
             tau = std::min(tau, T);
             qp->hopU[i] = (qp->hopU[i] * double(T - tau) + u * double(tau)) / double(T);
-            double k = qp->hopU[i] / cfg.uTarget;
-            if (k >= 1 || qp->hopStage[i] >= cfg.miThresh)
-            {
-                hopRate[i] = qp->hopRate[i] / k + double(cfg.rateAiBps);
-                hopStage[i] = 0;
-            }
-            else
-            {
-                hopRate[i] = qp->hopRate[i] + double(cfg.rateAiBps);
-                hopStage[i] = qp->hopStage[i] + 1;
-            }
-            hopRate[i] = std::clamp(hopRate[i], double(cfg.minRateBps), qp->maxRate);
+            std::tie(hopRate[i], hopStage[i]) = HpccRate(qp->hopRate[i], qp->hopStage[i], qp->hopU[i], qp->maxRate);
             rate = std::min(rate, hopRate[i]);
             updated[i] = any = true;
         }
@@ -1724,20 +1710,7 @@ RdmaFabric::PintAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h)
     }
     // As HPCC with the path's utilization read off the packet instead of computed per hop.
     qp->u = PintDecode(found->second.power);
-    double k = qp->u / cfg.uTarget;
-    double rate;
-    uint32_t stage;
-    if (k >= 1 || qp->incStage >= cfg.miThresh)
-    {
-        rate = qp->refRate / k + double(cfg.rateAiBps);
-        stage = 0;
-    }
-    else
-    {
-        rate = qp->refRate + double(cfg.rateAiBps);
-        stage = qp->incStage + 1;
-    }
-    rate = std::clamp(rate, double(cfg.minRateBps), qp->maxRate);
+    auto [rate, stage] = HpccRate(qp->refRate, qp->incStage, qp->u, qp->maxRate);
     ChangeRate(qp, rate);
     if (full)
     {

@@ -123,6 +123,18 @@ class Fabric:
     def end(self, flow: int) -> int:
         return int(self.table.GetEndNs(flow))
 
+    def incast(self, third=None) -> tuple[int, int, list[float], list[float]]:
+        """Hosts 1 and 2 send 30 MB and 10 MB to host 0 (flows 0 and 1): their QPs, then every
+        20 us from 300 to 700 us the two QPs' summed rate and `third(QP a)`, if given."""
+        _, a = self.start(1, 0, 30_000_000)
+        _, b = self.start(2, 0, 10_000_000)
+        totals, thirds = [], []
+        for t in range(300_000, 700_000, 20_000):
+            self.run_until(t)
+            totals.append(self.rate(a) + self.rate(b))
+            thirds.append(third(a) if third else None)
+        return a, b, totals, thirds
+
 
 @pytest.fixture
 def fabric(h):
@@ -182,12 +194,7 @@ def test_dcqcn_cuts_rate_on_cnp_and_recovers(fabric):
 
 def test_hpcc_holds_the_bottleneck_at_its_target_and_a_lone_flow_at_line_rate(fabric):
     f = fabric("incast2", {}, cc="hpcc")
-    _, a = f.start(1, 0, 30_000_000)
-    _, b = f.start(2, 0, 10_000_000)
-    samples = []
-    for t in range(300_000, 700_000, 20_000):
-        f.run_until(t)
-        samples.append(f.rate(a) + f.rate(b))
+    a, _, samples, _ = f.incast()
     # U_TARGET 0.95 of the 100G bottleneck, shared by the two flows.
     assert abs(np.mean(samples) / (100 * GBPS) - 0.95) < 0.05
     # The window follows the rate (VAR_WIN): bytes in flight stay within BDP x rate / line rate.
@@ -244,13 +251,8 @@ def test_hpcc_pint_holds_an_incast_near_its_target_and_a_lone_flow_near_line_rat
     it as HPCC to its own estimate: the incast shares 95 % of the bottleneck within PINT's 5 %
     quantization, and the long flow, alone again, climbs back."""
     f = fabric("incast2", {}, cc="hpcc-pint")
-    _, a = f.start(1, 0, 30_000_000)
-    _, b = f.start(2, 0, 10_000_000)
-    totals, us = [], []
-    for t in range(300_000, 700_000, 20_000):
-        f.run_until(t)
-        totals.append(f.rate(a) + f.rate(b))
-        us.append(f.state(a)[2])        # the last utilization its ACKs brought back
+    # (the third state number: the last utilization its ACKs brought back)
+    a, _, totals, us = f.incast(lambda qp: f.state(qp)[2])
     assert abs(np.mean(totals) / (100 * GBPS) - 0.95) < 0.05
     powers = np.log(np.array(us) * 512) / np.log(1.05)    # PINT carries 512 u as a power of 1.05
     assert np.allclose(powers, np.round(powers)) and abs(np.mean(us) - 0.95) < 0.05
@@ -280,12 +282,7 @@ def test_hpcc_sample_feedback_skips_empty_queues_between_updates(fabric):
     ends = {}
     for sample in (0, 1):
         f = fabric("incast2", {"SAMPLE_FEEDBACK": sample}, cc="hpcc")
-        _, a = f.start(1, 0, 30_000_000)
-        _, b = f.start(2, 0, 10_000_000)
-        totals = []
-        for t in range(300_000, 700_000, 20_000):
-            f.run_until(t)
-            totals.append(f.rate(a) + f.rate(b))
+        _, _, totals, _ = f.incast()
         assert abs(np.mean(totals) / (100 * GBPS) - 0.95) < 0.05
         f.run_until(2_500_000)
         ends[sample] = f.end(1)
