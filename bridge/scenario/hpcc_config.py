@@ -312,8 +312,8 @@ _KEYS: dict[str, tuple[Callable[[list[str]], object], str | None]] = {
     "QLEN_MON_END": (_int(0), "qlen_mon_end_ns"),
     "QLEN_MON_INTERVAL": (_int(1), "qlen_mon_interval_ns"),
 }
-# Keys of a config file that are not transport parameters: the run's files and stop time, and
-# what we accept and ignore (monitors, tracing, the PFC threshold mode).
+# Keys of a config file that are not transport parameters: the run's files, stop time and link
+# failure, and what we accept and ignore (monitors, tracing, the PFC threshold mode).
 _FILE_KEYS: dict[str, Callable[[list[str]], object]] = {
     "TOPOLOGY_FILE": _text,
     "FLOW_FILE": _text,
