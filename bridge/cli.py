@@ -116,8 +116,12 @@ def _check(args: argparse.Namespace) -> int:
           f"fingerprint {scenario.fingerprint()[:12]}")
     for failure in scenario.link_failures:
         print(f"  link {failure.link[0]}-{failure.link[1]} goes down at {failure.at / 1e3:,.3f} us")
-    for straggler in scenario.training.stragglers if scenario.training else ():
-        print(f"  hosts {', '.join(map(str, straggler.hosts))} compute {straggler.slowdown:g}x slower")
+    for k, job in enumerate(scenario.jobs or ()):
+        print(f"  job {job.name or f'job{k}'}: {job.parallelism.world} GPUs from host {job.first_host}, "
+              f"starts at {job.start / 1e3:,.3f} us")
+    for spec in scenario.jobs or (scenario.training,) if scenario.training or scenario.jobs else ():
+        for straggler in spec.stragglers:
+            print(f"  hosts {', '.join(map(str, straggler.hosts))} compute {straggler.slowdown:g}x slower")
     return 0
 
 

@@ -49,6 +49,11 @@ class RunOptions:
 
 
 def build_workload(scenario: Scenario, topology: Topology) -> Workload:
+    if scenario.jobs is not None:
+        from .workload.training import build_jobs
+
+        return build_jobs(scenario.jobs, topology.hosts, getattr(scenario.topology, "gpus_per_server", None),
+                          scenario.source_path)
     if scenario.training is not None:
         from .workload.training import build_training
 

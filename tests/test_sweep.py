@@ -55,7 +55,7 @@ def test_every_experiment_file_loads():
         sweep = load_sweep(path)
         assert sweep.points, path
     cc = load_sweep(ROOT / "experiments" / "rdma-cc.yaml")
-    assert [p.scenario.transport.cc for p in cc.points] == ["dcqcn", "hpcc", "timely", "dctcp"]
+    assert [p.scenario.transport.cc for p in cc.points] == ["dcqcn", "hpcc", "hpcc-pint", "timely", "dctcp"]
 
 
 def test_several_bases_and_referenced_files(tmp_path):

@@ -108,3 +108,67 @@ def test_a_straggler_stretches_the_iteration(h):
     before = int(iterations_frame(workload, base).time_ns[0])
     after = int(iterations_frame(slow_workload, slow).time_ns[0])
     assert 0.25 * extra < after - before <= 1.05 * extra
+
+
+# ---- several jobs on one fabric --------------------------------------------------------------------
+
+TWO_JOBS = {
+    "name": "two-jobs",
+    "topology": {"kind": "roft", "servers": 8, "gpus_per_server": 4, "servers_per_leaf": 4, "spines": 2,
+                 "host_link": {"rate": "100Gbps", "delay": "1us"}, "fabric_link": {"rate": "100Gbps", "delay": "1us"}},
+    "jobs": [{"preset": "gpt-tiny", "name": "a"}, {"preset": "gpt-tiny", "name": "b", "first_host": 16, "start": "20us"}],
+    "transport": {"kind": "rdma"},
+}
+
+
+def test_two_jobs_share_the_fabric_each_on_its_own_gpus(tmp_path):
+    """`jobs`: two gpt-tiny trainings on one 32-GPU ROFT, the second on hosts 16-31 from 20 us:
+    each job's flows stay on its GPUs, carry its index and name, and each gets its own iteration
+    row; job a alone on the fabric runs as the same training given as `training`."""
+    from bridge import api
+
+    path = tmp_path / "jobs.yaml"
+    path.write_text(yaml.safe_dump(TWO_JOBS))
+    both = api.run(path, tmp_path / "both")
+    flows = both.flows
+    assert set(flows.job) == {0, 1} and len(flows) == 2 * 96
+    for job, hosts in ((0, range(0, 16)), (1, range(16, 32))):
+        mine = flows[flows.job == job]
+        assert set(mine.src) <= set(hosts) and set(mine.dst) <= set(hosts)
+        assert mine.group.str.startswith(("a/", "b/")[job]).all()
+    assert flows[flows.job == 1].start_ns.min() >= 20_000
+    assert list(zip(both.iterations.job, both.iterations.iteration)) == [(0, 0), (1, 0)]
+    assert both.iterations.start_ns[1] >= 20_000
+
+    alone = {**TWO_JOBS, "jobs": TWO_JOBS["jobs"][:1]}
+    single = {k: v for k, v in TWO_JOBS.items() if k != "jobs"} | {"training": {"preset": "gpt-tiny"}}
+    results = []
+    for name, data in (("alone", alone), ("single", single)):
+        p = tmp_path / f"{name}.yaml"
+        p.write_text(yaml.safe_dump(data))
+        results.append(api.run(p, tmp_path / name))
+    assert results[0].flows.end_ns.tolist() == results[1].flows.end_ns.tolist()
+
+
+@pytest.mark.parametrize("job, field, words", [
+    ({"preset": "gpt-tiny", "first_host": 8}, "jobs[1].first_host", ["include host 8 of job 'a'"]),
+    ({"preset": "gpt-tiny", "first_host": 18}, "jobs[1].first_host", ["inside a server", "gpus_per_server=4"]),
+    ({"preset": "gpt-tiny", "first_host": 24}, "jobs[1].first_host", ["16 GPUs from host 24", "32 hosts"]),
+    ({"preset": "gpt-tiny", "first_host": 16, "parallelism": {"dp": 8}}, "jobs[1].first_host", ["64 GPUs"]),
+    ({"preset": "gpt-tiny", "first_host": 16, "name": "a"}, "jobs[1].name", ["'a' names another job"]),
+    ({"preset": "gpt-tiny", "first_host": 16, "start": "-1us"}, "jobs[1].start", ["before the run starts"]),
+    ({"preset": "gpt-tiny", "first_host": 16, "parallelism": {"pp": 3}}, "jobs[1].model.layers", ["pp=3"]),
+])
+def test_job_errors_name_the_job(tmp_path, job, field, words):
+    from bridge.errors import ScenarioError
+    from bridge.scenario import load_scenario
+
+    data = {**TWO_JOBS, "jobs": [TWO_JOBS["jobs"][0], job]}
+    path = tmp_path / "jobs.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ScenarioError) as e:
+        scenario = load_scenario(path)
+        build_workload(scenario, build_topology(scenario.topology))
+    assert e.value.field == field and "\n" not in str(e.value)
+    for w in words:
+        assert w in e.value.message

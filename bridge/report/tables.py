@@ -14,7 +14,7 @@ from ..topology import Topology
 from ..workload.dag import ComputeTask, Workload
 
 FLOW_COLUMNS = ["flow_id", "src", "dst", "size_bytes", "start_ns", "head_ns", "end_ns", "fct_ns",
-                "ideal_fct_ns", "iteration", "collective", "group", "step", "bytes_skipped"]
+                "ideal_fct_ns", "iteration", "job", "collective", "group", "step", "bytes_skipped"]
 COMM_KINDS = ("dp", "pp", "ep")  # a collective's name starts with its group kind: dp_allreduce, ep_alltoall
 
 
@@ -78,7 +78,7 @@ def flows_frame(workload: Workload, run: Execution, ideal: IdealFct) -> pd.DataF
         rows.append((f.id, f.src, f.dst, f.size, start, int(run.head_ns[f.id]), end,
                      end - start if end >= 0 else -1,
                      ideal(f.src, f.dst, f.size, f.id in run.own_connection),
-                     f.iteration, f.collective, f.group, f.step, int(run.bytes_skipped[f.id])))
+                     f.iteration, f.job, f.collective, f.group, f.step, int(run.bytes_skipped[f.id])))
     return pd.DataFrame(rows, columns=FLOW_COLUMNS)
 
 
@@ -146,7 +146,7 @@ def _exposed(comm: list[tuple[int, int]], compute: list[tuple[int, int]]) -> int
 
 
 def iterations_frame(workload: Workload, run: Execution) -> pd.DataFrame:
-    """One row per training iteration.
+    """One row per training iteration (of each job, in job order).
 
     compute_ns is the busiest GPU's compute time; exposed_<dp|pp|ep>_ns is, on the GPU where it is
     largest, the time that GPU sends or receives that kind of traffic while not computing. An
@@ -154,8 +154,11 @@ def iterations_frame(workload: Workload, run: Execution) -> pd.DataFrame:
     and counts the tasks that finished.
     """
     rows = []
-    for it in range(workload.iterations):
-        tasks = [t for t in workload.tasks if t.iteration == it]
+    by_job: dict[tuple[int, int], list] = {}
+    for t in workload.tasks:
+        if t.iteration >= 0:
+            by_job.setdefault((t.job, t.iteration), []).append(t)
+    for (job, it), tasks in sorted(by_job.items()):
         starts = run.start_ns[[t.id for t in tasks]]
         ends = run.end_ns[[t.id for t in tasks]]
         finished = bool((ends >= 0).all())
@@ -175,14 +178,14 @@ def iterations_frame(workload: Workload, run: Execution) -> pd.DataFrame:
             if kind in comm:
                 for host in (t.src, t.dst):
                     comm[kind].setdefault(host, []).append(span)
-        row = {"iteration": it, "start_ns": start, "end_ns": end,
+        row = {"job": job, "iteration": it, "start_ns": start, "end_ns": end,
                "time_ns": end - start if finished else -1,
                "compute_ns": max((_length(_union(v)) for v in compute.values()), default=0)}
         for kind, per_host in comm.items():
             row[f"exposed_{kind}_ns"] = max(
                 (_exposed(spans, compute.get(host, [])) for host, spans in per_host.items()), default=0)
         rows.append(row)
-    return pd.DataFrame(rows, columns=["iteration", "start_ns", "end_ns", "time_ns", "compute_ns",
+    return pd.DataFrame(rows, columns=["job", "iteration", "start_ns", "end_ns", "time_ns", "compute_ns",
                                        "exposed_dp_ns", "exposed_pp_ns", "exposed_ep_ns"])
 
 

@@ -59,17 +59,20 @@ def error_stats(errors: pd.Series) -> dict:
 
 
 def iteration_errors(reference: pd.DataFrame | None, candidate: pd.DataFrame | None) -> pd.DataFrame | None:
-    """Iterations finished in both runs: iteration, time_ref, time_cand, error (None for loose flows)."""
+    """Iterations finished in both runs: (job,) iteration, time_ref, time_cand, error (None for
+    loose flows). Iterations are matched by job too where both tables have one."""
     if reference is None or candidate is None:
         return None
-    return _matched_errors(reference, candidate, "iteration", "time_ns", "time")
+    key = ["job", "iteration"] if "job" in reference and "job" in candidate else ["iteration"]
+    return _matched_errors(reference, candidate, key, "time_ns", "time")
 
 
-def _matched_errors(reference: pd.DataFrame, candidate: pd.DataFrame, key: str, column: str,
+def _matched_errors(reference: pd.DataFrame, candidate: pd.DataFrame, key: str | list[str], column: str,
                     name: str) -> pd.DataFrame:
     """Rows finished (column >= 0) in both, matched by key: key, <name>_ref, <name>_cand, error."""
-    ref = reference.loc[reference[column] >= 0, [key, column]]
-    cand = candidate.loc[candidate[column] >= 0, [key, column]]
+    keys = [key] if isinstance(key, str) else key
+    ref = reference.loc[reference[column] >= 0, [*keys, column]]
+    cand = candidate.loc[candidate[column] >= 0, [*keys, column]]
     both = ref.merge(cand, on=key, suffixes=("_ref", "_cand")).sort_values(key).reset_index(drop=True)
     both = both.rename(columns={f"{column}_ref": f"{name}_ref", f"{column}_cand": f"{name}_cand"})
     both["error"] = (both[f"{name}_cand"] - both[f"{name}_ref"]).abs() / both[f"{name}_ref"]

@@ -26,11 +26,11 @@ from bridge.scenario.hpcc_config import (
     resolve_rdma,
 )
 from bridge.scenario.schema import FlowSpec, LinkSpec, Scenario
-from bridge.scenario.training import check_training
+from bridge.scenario.training import check_training, job_field
 from bridge.topology import Topology, build_topology, read_hpcc_topology
 from bridge.workload.flows import read_hpcc_flows
 
-WORKLOAD_KEYS = ("flows", "flow_file", "training", "aicb")
+WORKLOAD_KEYS = ("flows", "flow_file", "training", "jobs", "aicb")
 MAX_SCENARIO_BYTES = 1_000_000  # a scenario is hand-written; big data goes in flow_file
 _MAX_RATE = 2**64 - 1  # as RateBps in schema.py
 
@@ -158,9 +158,9 @@ def _cross_check(s: Scenario, base_dir: Path) -> Scenario:
     given = [k for k in WORKLOAD_KEYS if getattr(s, k) is not None]
     # CORRECTNESS: exactly one workload, so nobody has to guess which one runs.
     if not given:
-        raise _err("flows", "no workload: give one of flows, flow_file, training or aicb")
+        raise _err("flows", "no workload: give one of flows, flow_file, training, jobs or aicb")
     if len(given) > 1:
-        raise _err(given[1], "give only one of flows, flow_file, training or aicb "
+        raise _err(given[1], "give only one of flows, flow_file, training, jobs or aicb "
                    f"(got {' and '.join(given)})")
 
     flows, checks = s.flows, ()
@@ -186,6 +186,17 @@ def _cross_check(s: Scenario, base_dir: Path) -> Scenario:
                     s.aicb.iterations)
     if s.training is not None:
         check_training(s.training)  # whether the plan fits the topology is checked when it is built
+    for k, job in enumerate(s.jobs or ()):
+        try:
+            check_training(job)
+        except ScenarioError as e:
+            raise _err(job_field(e.field, k), e.message) from None
+    if s.jobs is not None and not s.jobs:
+        raise _err("jobs", "empty list (give at least one job)")
+    names = [job.name or f"job{k}" for k, job in enumerate(s.jobs or ())]
+    for k, name in enumerate(names):
+        if name in names[:k]:
+            raise _err(f"jobs[{k}].name", f"{name!r} names another job too")
 
     t = s.transport
     for i, failure in enumerate(s.link_failures):

@@ -37,7 +37,7 @@ from bridge.scenario.hpcc_config import (
     parse_parameters,
     resolve_rdma,
 )
-from bridge.scenario.training import TrainingSpec
+from bridge.scenario.training import JobSpec, TrainingSpec
 from bridge.units import parse_rate, parse_size, parse_time
 
 _U32 = 2**32 - 1   # ns-3 attributes such as TcpSocket::SndBufSize are uint32
@@ -279,7 +279,7 @@ class AicbSpec(_Spec):
 class Scenario(_Spec):
     """A parsed scenario. Build it with `load_scenario` / `parse_scenario_dict`, which guarantee:
 
-    - exactly one workload: `flows` (inline or read from `flow_file`) or `training`;
+    - exactly one workload: `flows` (inline or read from `flow_file`), `training`, `jobs` or `aicb`;
     - every flow runs between two distinct hosts of the topology;
     - the topology is connected, its files parse, and its size is within the caps;
     - `topology.fabric_link` (leaf-spine) and `topology.servers_per_leaf` (roft) are set;
@@ -295,6 +295,7 @@ class Scenario(_Spec):
     flows: tuple[FlowSpec, ...] | None = None
     flow_file: FilePath | None = None
     training: TrainingSpec | None = None
+    jobs: tuple[JobSpec, ...] | None = None                          # several trainings on one fabric
     aicb: AicbSpec | None = None
     accel: AccelSpec = AccelSpec()
     stop_time: DurationNs | None = None                              # ns

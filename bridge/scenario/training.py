@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bridge.errors import ScenarioError
-from bridge.units import check_positive, parse_size
+from bridge.units import check_positive, parse_size, parse_time
 
 PresetName = Literal[
     "gpt-7b", "gpt-13b", "gpt-22b", "gpt-175b",
@@ -119,6 +119,30 @@ class TrainingSpec(_Frozen):
             # Fail here: unmerged, the spec would also report every preset-given field missing.
             raise ValueError(_unknown_preset(data["preset"]))
         return _deep_merge(PRESETS[data["preset"]], data)
+
+
+class JobSpec(TrainingSpec):
+    """One of the training jobs sharing a fabric (a scenario's `jobs`): its ranks are placed from
+    the topology's `first_host`-th host on, and it starts at `start` (ns)."""
+
+    name: str | None = Field(default=None, min_length=1)   # default: job<k>
+    first_host: int = Field(default=0, ge=0)
+    start: int = 0
+
+    @field_validator("start", mode="before")
+    @classmethod
+    def _parse_start(cls, v: Any) -> int:
+        start = parse_time(v)
+        if start < 0:
+            raise ValueError(f"{v!r} is before the run starts (expected >= 0)")
+        return start
+
+
+def job_field(field: str | None, k: int) -> str:
+    """Where a `training` error lies for the k-th of a scenario's `jobs`: training.x -> jobs[k].x."""
+    if field and field.startswith("training"):
+        return f"jobs[{k}]" + field[len("training"):]
+    return field or f"jobs[{k}]"
 
 
 def _unknown_preset(name: object) -> str:

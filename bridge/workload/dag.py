@@ -24,6 +24,7 @@ class FlowTask:
     group: str = ""               # e.g. "dp/pp0/tp3"
     step: int = -1                # ring step, micro-batch index, ...
     reuse_connection: bool = False  # training traffic rides one persistent TCP connection per (src, dst)
+    job: int = 0                  # which training job (scenario `jobs`), 0 when there is one
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class ComputeTask:
     release_ns: int = 0
     iteration: int = -1
     label: str = ""               # e.g. "fwd/mb3/stage1"
+    job: int = 0
 
 
 Task = FlowTask | ComputeTask

@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bridge.errors import ScenarioError
-from bridge.scenario.training import TrainingSpec, check_training
+from bridge.scenario.training import JobSpec, TrainingSpec, check_training, job_field
 from bridge.workload.collectives import DagBuilder, Deps, merge
-from bridge.workload.dag import Workload
+from bridge.workload.dag import FlowTask, Workload
 
 Coord = tuple[int, int, int]   # (pp stage, dp rank, tp rank)
 
@@ -286,6 +286,44 @@ def build_training(spec: TrainingSpec, hosts: list[int], gpus_per_server: int | 
                          placement={f"pp{s}/dp{j}/tp{t}": h for (s, j, t), h in placement.items()},
                          bytes_per_iteration=bytes_by_collective(workload))
     return workload
+
+
+def build_jobs(jobs: tuple[JobSpec, ...], hosts: list[int], gpus_per_server: int | None,
+               path: str | os.PathLike | None = None) -> Workload:
+    """Several training jobs on one fabric: each built as `build_training` on the hosts from its
+    `first_host` on, released from its `start`; their tasks carry the job's index, their flow
+    groups its name. Raises ScenarioError naming `jobs[k]...` if a job does not fit, does not
+    start on a server boundary, or shares a GPU with an earlier job."""
+    tasks: list = []
+    owner: dict[int, str] = {}    # host -> name of the job running on it
+    metas = []
+    for k, job in enumerate(jobs):
+        name = job.name or f"job{k}"
+        if gpus_per_server and job.first_host % gpus_per_server:
+            raise ScenarioError(path, f"jobs[{k}].first_host", f"{job.first_host} is inside a server (a job "
+                                f"starts on a server's first GPU: a multiple of gpus_per_server={gpus_per_server})")
+        if job.first_host + job.parallelism.world > len(hosts):
+            raise ScenarioError(path, f"jobs[{k}].first_host", f"the job's {job.parallelism.world} GPUs from host "
+                                f"{job.first_host} on do not fit the topology's {len(hosts)} hosts")
+        try:
+            workload = build_training(job, hosts[job.first_host:], gpus_per_server, path)
+        except ScenarioError as e:
+            raise ScenarioError(e.path, job_field(e.field, k), e.message) from None
+        mine = sorted(set(workload.meta["placement"].values()))
+        shared = [h for h in mine if h in owner]
+        if shared:
+            raise ScenarioError(path, f"jobs[{k}].first_host", f"its GPUs (hosts {mine[0]}-{mine[-1]}) include "
+                                f"host {shared[0]} of job {owner[shared[0]]!r}")
+        owner.update(dict.fromkeys(mine, name))
+        offset = len(tasks)
+        for t in workload.tasks:
+            extra = {"group": f"{name}/{t.group}"} if isinstance(t, FlowTask) else {}
+            tasks.append(replace(t, id=t.id + offset, deps=tuple(d + offset for d in t.deps), job=k,
+                                 release_ns=max(t.release_ns, job.start), **extra))
+        metas.append({"name": name, "start_ns": job.start, **workload.meta})
+    merged = Workload(tasks, iterations=max(job.iterations for job in jobs))
+    merged.meta.update(kind="jobs", jobs=metas)
+    return merged
 
 
 def _slowdowns(spec: TrainingSpec, used: set[int], path) -> dict[int, float]:
