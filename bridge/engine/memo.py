@@ -49,8 +49,9 @@ from ..errors import CacheFileError
 # 7: graphs are keyed by their canonical form, no longer by a Weisfeiler-Lehman hash; 8: an
 # episode's flow times count from when its age was its label's; 9: episode ages in 10 us steps;
 # 10: RDMA transient bytes count from the bytes sent when the partition formed; 11: episode labels
-# give bytes left in steps, records each flow's clock at the start).
-RECORD_MODEL = 11
+# give bytes left in steps, records each flow's clock at the start; 12: episode labels tell a flow
+# that took over its QP from one that started on an idle QP).
+RECORD_MODEL = 12
 
 
 def default_cache_path() -> Path:
