@@ -119,7 +119,8 @@ def _check(args: argparse.Namespace) -> int:
     for k, job in enumerate(scenario.jobs or ()):
         print(f"  job {job.name or f'job{k}'}: {job.parallelism.world} GPUs from host {job.first_host}, "
               f"starts at {job.start / 1e3:,.3f} us")
-    for spec in scenario.jobs or (scenario.training,) if scenario.training or scenario.jobs else ():
+    specs = scenario.jobs or ((scenario.training,) if scenario.training else ())
+    for spec in specs:
         for straggler in spec.stragglers:
             print(f"  hosts {', '.join(map(str, straggler.hosts))} compute {straggler.slowdown:g}x slower")
     return 0
