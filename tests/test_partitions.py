@@ -14,22 +14,24 @@ PORTS = st.frozensets(st.integers(0, 30), min_size=1, max_size=6)
 def test_incremental_partitions_equal_from_scratch(ops):
     parts = Partitions()
     active: dict[int, frozenset[int]] = {}
+    hosts: dict[int, tuple[int, int]] = {}
     for flow, (op, ports, src, dst) in enumerate(ops):
         if op == "finish" and active:
             gone = sorted(active)[flow % len(active)]
             parts.remove_flow(gone)
-            del active[gone]
+            del active[gone], hosts[gone]
         elif op == "hand-over" and active:  # a connection's next flow takes over the finished one's ports
             gone = sorted(active)[flow % len(active)]
             before = parts.of_flow[gone]
             assert parts.replace_flow(gone, flow).id == before
-            active[flow] = active.pop(gone)
+            active[flow], hosts[flow] = active.pop(gone), hosts.pop(gone)
         else:
             parts.add_flow(flow, ports, (src, dst))
-            active[flow] = ports
+            active[flow], hosts[flow] = ports, (src, dst)
         assert parts.snapshot() == {frozenset(c) for c in components(active, set(active))}
         for part in parts:  # indexes agree with the partitions
             assert part.ports == set().union(*(active[f] for f in part.flows))
+            assert part.hosts == {h for f in part.flows for h in hosts[f]}
             assert all(parts.of_port[p] == part.id for p in part.ports)
             assert all(parts.of_flow[f] == part.id for f in part.flows)
         assert set(parts.of_port) == set().union(*active.values()) if active else not parts.of_port

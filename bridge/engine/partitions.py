@@ -38,6 +38,7 @@ class Partitions:
         self.flow_ports: dict[int, frozenset[int]] = {}
         self.flow_hosts: dict[int, tuple[int, int]] = {}
         self.users: dict[int, set[int]] = {}            # port -> active flows using it
+        self.host_users: dict[int, set[int]] = {}       # host -> active flows with an end there
         self._ids = count()
 
     def __iter__(self):
@@ -66,6 +67,8 @@ class Partitions:
                 self.of_port[p] = part.id
         self.flow_ports[flow] = ports
         self.flow_hosts[flow] = hosts
+        for h in hosts:
+            self.host_users.setdefault(h, set()).add(flow)
         part.flows.add(flow)
         part.ports |= ports
         part.hosts |= set(hosts)
@@ -83,31 +86,40 @@ class Partitions:
         part.flows.add(new)
         self.of_flow[new] = part.id
         self.flow_ports[new] = ports = self.flow_ports.pop(old)
-        self.flow_hosts[new] = self.flow_hosts.pop(old)
+        self.flow_hosts[new] = hosts = self.flow_hosts.pop(old)
         for p in ports:
             self.users[p].remove(old)
             self.users[p].add(new)
+        for h in set(hosts):
+            self.host_users[h].discard(old)
+            self.host_users[h].add(new)
         return part
 
     def remove_flow(self, flow: int) -> list[Partition]:
         """A flow finishes: split what remains of its partition into components; returns them."""
         old = self.by_id.pop(self.of_flow.pop(flow))
-        gone = []                                        # ports no other flow uses
+        gone, kept = [], []                              # its ports no other flow uses, and the others
         for p in self.flow_ports[flow]:
             self.users[p].discard(flow)
-            if not self.users[p]:
+            if self.users[p]:
+                kept.append(p)
+            else:
                 del self.users[p]
                 gone.append(p)
+        for h in set(self.flow_hosts[flow]):
+            self.host_users[h].discard(flow)
+            if not self.host_users[h]:
+                del self.host_users[h]
         del self.flow_ports[flow], self.flow_hosts[flow]
         rest = old.flows - {flow}
-        found = components(self.flow_ports, rest, self.users)
-        if len(found) == 1:                              # no split (the common case): shrink in place
+        if rest and self._still_joined(kept):            # no split (the common case): shrink in place
             part = self._new(old.id)
             part.flows, part.ports = rest, old.ports.difference(gone)
-            part.hosts = {h for f in rest for h in self.flow_hosts[f]}
+            part.hosts = {h for h in old.hosts if h in self.host_users and not self.host_users[h].isdisjoint(rest)}
             for p in gone:
                 del self.of_port[p]
             return [part]
+        found = components(self.flow_ports, rest, self.users)
         for p in old.ports:
             del self.of_port[p]
         parts = []
@@ -122,6 +134,31 @@ class Partitions:
                 self.of_port[p] = part.id
             parts.append(part)
         return parts
+
+    def _still_joined(self, ports: list[int]) -> bool:
+        """Whether the flows left on these ports (those a finished flow shared) still reach each
+        other. Every flow that remains in its partition reached the finished one through one of
+        them, so then the partition holds together. The flows on one port reach each other through
+        it: a search from the first port stops as soon as it has seen every port."""
+        if len(ports) <= 1:
+            return True
+        targets = set(ports)
+        targets.discard(ports[0])
+        seen_ports, seen_flows = {ports[0]}, set(self.users[ports[0]])
+        stack = list(seen_flows)
+        while stack:
+            for p in self.flow_ports[stack.pop()]:
+                if p in seen_ports:
+                    continue
+                seen_ports.add(p)
+                targets.discard(p)
+                if not targets:
+                    return True
+                for g in self.users[p]:
+                    if g not in seen_flows:
+                        seen_flows.add(g)
+                        stack.append(g)
+        return False
 
     def snapshot(self) -> set[frozenset[int]]:
         """The partitions as sets of flows (for comparisons)."""
