@@ -686,8 +686,7 @@ class FastForward:
             conn = self.conn_of[flow]
             if self.queued.get(conn):
                 continue
-            mine = self.ports_of[conn].data
-            if any(data & mine for data in self._others_data(frozen, flow)):
+            if self._data_through(frozen, flow, self.ports_of[conn].data):
                 self._thaw(pid, now, planned=True)
                 return
 
@@ -818,6 +817,15 @@ class FastForward:
         return [self.ports_of[self.conn_of[f]].data for f in frozen.rates
                 if f != flow and f not in frozen.done]
 
+    def _data_through(self, frozen: Frozen, flow: int, ports) -> set[int]:
+        """Those of `ports` that data of another flow of the frozen partition, still sending, leaves
+        by (as _others_data, looking only at the flows on those ports: a partition of thousands of
+        flows would be walked at each of its flows' ends)."""
+        users, done = self.parts.users, frozen.done
+        return {p for p in ports
+                if any(g != flow and g in frozen.rates and g not in done and p in self.ports_of[self.conn_of[g]].data
+                       for g in users.get(p, ()))}
+
     def _take_over(self, frozen: Frozen, flow: int, successor: int, now: int) -> None:
         """`successor`, the next flow of `flow`'s connection, starts inside the frozen partition."""
         conn = self.conn_of[flow]
@@ -830,8 +838,8 @@ class FastForward:
         # busy (it waits for the frame on the wire); at its steady rate through the ACKs' arrivals,
         # its deliveries start one ACK's bytes before the first.
         started = int(self.table.GetStartNs(successor))
-        busy = set().union(*self._others_data(frozen, flow)) & self.ports_of[conn].acks
-        waits = sum(self.net.data_frame_bytes / 2 / self.ports.rates[p] for p in busy)
+        busy = self._data_through(frozen, flow, self.ports_of[conn].acks)
+        waits = sum(self.net.data_frame_bytes / 2 / self.ports.rates[p] for p in sorted(busy))
         first = self.lag_ns[conn] + waits - self.net.acked_per_ack / frozen.rate_at(flow, now)
         joined = frozen.joined[successor] = max(now, started + math.ceil(first))
         # It inherits the predecessor's rate and its changes to come, with its gains.
