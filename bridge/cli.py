@@ -52,10 +52,10 @@ def _accel_overrides(args: argparse.Namespace) -> dict | None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import signal
+
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    import signal
 
     from . import api
     from .errors import RunInterrupted
