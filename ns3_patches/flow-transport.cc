@@ -87,7 +87,9 @@ TrimNeverSent(const Ptr<TcpTxBuffer>& buffer, uint64_t bytes)
 // ---- FlowTable ----------------------------------------------------------------------------
 
 FlowTable::FlowTable(uint32_t nFlows)
-    : m_flows(nFlows)
+    : m_flows(nFlows),
+      m_delivered(nFlows, 0),
+      m_lastDeliveryNs(nFlows, -1)
 {
 }
 
@@ -100,7 +102,7 @@ FlowTable::GetNFlows() const
 uint64_t
 FlowTable::GetDelivered(uint32_t flow) const
 {
-    return m_flows.at(flow).delivered;
+    return m_delivered.at(flow);
 }
 
 uint64_t
@@ -140,19 +142,13 @@ FlowTable::PopCompleted(uint32_t* out, uint32_t cap)
 void
 FlowTable::ReadDelivered(uint64_t* out) const
 {
-    for (size_t i = 0; i < m_flows.size(); i++)
-    {
-        out[i] = m_flows[i].delivered;
-    }
+    std::copy(m_delivered.begin(), m_delivered.end(), out);
 }
 
 void
 FlowTable::ReadLastDelivery(int64_t* out) const
 {
-    for (size_t i = 0; i < m_flows.size(); i++)
-    {
-        out[i] = m_flows[i].lastDeliveryNs;
-    }
+    std::copy(m_lastDeliveryNs.begin(), m_lastDeliveryNs.end(), out);
 }
 
 void
@@ -164,8 +160,8 @@ FlowTable::OnStart(uint32_t flow)
 void
 FlowTable::OnDelivered(uint32_t flow, uint64_t bytes)
 {
-    m_flows[flow].delivered += bytes;
-    m_flows[flow].lastDeliveryNs = Simulator::Now().GetNanoSeconds();
+    m_delivered[flow] += bytes;
+    m_lastDeliveryNs[flow] = Simulator::Now().GetNanoSeconds();
 }
 
 void

@@ -57,14 +57,16 @@ class FlowTable
   private:
     struct Flow
     {
-        uint64_t delivered = 0;
         uint64_t skipped = 0;
-        int64_t lastDeliveryNs = -1;
         int64_t startNs = -1;
         int64_t endNs = -1;
     };
 
     std::vector<Flow> m_flows;
+    // Apart, so that the probe copies each in one block at every sample (a run of gpt-13b's 16,384
+    // flows spent a fifth of its time gathering them from the structs).
+    std::vector<uint64_t> m_delivered;
+    std::vector<int64_t> m_lastDeliveryNs;
     std::vector<uint32_t> m_completed;
     size_t m_completedRead = 0;
 };
