@@ -436,6 +436,23 @@ class RdmaFabric
         return {std::clamp(rate, double(cfg.minRateBps), maxRate), multiplicative ? 0 : stage + 1};
     }
     void HpccMultiRate(RdmaQp* qp, const IntStack& tag, bool full);
+    /// A hop record as the QP reads it: one stamped before the QP's last freeze moves with it.
+    static RdmaQp::Hop Received(const RdmaQp* qp, RdmaQp::Hop hop)
+    {
+        if (hop.timeNs < qp->frozenFromNs)
+        {
+            hop.timeNs += qp->frozenShiftNs; // stamped before a freeze, carried through it
+        }
+        return hop;
+    }
+    /// HPCC's utilization of a hop between two of its records: bytes sent over the line rate, plus
+    /// the queue both saw over the QP's window (scaled to the line rate).
+    static double HopUtilization(const RdmaQp* qp, const RdmaQp::Hop& now, const RdmaQp::Hop& last)
+    {
+        double txRate = double(now.txBytes - last.txBytes) * 8e9 / double(now.timeNs - last.timeNs);
+        return txRate / double(now.rateBps) +
+               double(std::min(now.qlen, last.qlen)) * qp->maxRate / double(now.rateBps) / double(qp->window);
+    }
     void PintAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h);
     void PintStamp(Port& out, IntStack& stack, uint64_t qlen);
     uint16_t PintEncode(double u);
@@ -1540,11 +1557,7 @@ RdmaFabric::HpccAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h)
     bool updated = false;
     for (uint32_t i = 0; i < tag.nHops; i++)
     {
-        RdmaQp::Hop now = tag.hops[i];
-        if (now.timeNs < qp->frozenFromNs)
-        {
-            now.timeNs += qp->frozenShiftNs; // stamped before a freeze, carried through it
-        }
+        RdmaQp::Hop now = Received(qp, tag.hops[i]);
         if (cfg.sampleFeedback && !full && now.qlen == 0)
         {
             continue; // SAMPLE_FEEDBACK: between full updates an empty queue is no news (kept unread)
@@ -1554,9 +1567,7 @@ RdmaFabric::HpccAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h)
         {
             updated = true;
             int64_t tau = now.timeNs - last.timeNs;
-            double txRate = double(now.txBytes - last.txBytes) * 8e9 / double(tau);
-            double u = txRate / double(now.rateBps) +
-                       double(std::min(now.qlen, last.qlen)) * qp->maxRate / double(now.rateBps) / double(qp->window);
+            double u = HopUtilization(qp, now, last);
             if (u > uMax)
             {
                 uMax = u;
@@ -1598,11 +1609,7 @@ RdmaFabric::HpccMultiRate(RdmaQp* qp, const IntStack& tag, bool full)
     int64_t T = qp->baseRttNs;
     for (uint32_t i = 0; i < tag.nHops; i++)
     {
-        RdmaQp::Hop now = tag.hops[i];
-        if (now.timeNs < qp->frozenFromNs)
-        {
-            now.timeNs += qp->frozenShiftNs;
-        }
+        RdmaQp::Hop now = Received(qp, tag.hops[i]);
         if (cfg.sampleFeedback && !full && now.qlen == 0)
         {
             rate = std::min(rate, qp->hopRate[i]);
@@ -1611,11 +1618,8 @@ RdmaFabric::HpccMultiRate(RdmaQp* qp, const IntStack& tag, bool full)
         const RdmaQp::Hop& last = qp->hops[i];
         if (i < qp->nHops && now.timeNs != last.timeNs)
         {
-            int64_t tau = now.timeNs - last.timeNs;
-            double txRate = double(now.txBytes - last.txBytes) * 8e9 / double(tau);
-            double u = txRate / double(now.rateBps) +
-                       double(std::min(now.qlen, last.qlen)) * qp->maxRate / double(now.rateBps) / double(qp->window);
-            tau = std::min(tau, T);
+            double u = HopUtilization(qp, now, last);
+            int64_t tau = std::min(now.timeNs - last.timeNs, T);
             qp->hopU[i] = (qp->hopU[i] * double(T - tau) + u * double(tau)) / double(T);
             std::tie(hopRate[i], hopStage[i]) = HpccRate(qp->hopRate[i], qp->hopStage[i], qp->hopU[i], qp->maxRate);
             rate = std::min(rate, hopRate[i]);

@@ -711,23 +711,21 @@ class FastForward:
                 self._thaw(pid, now, planned=True)
         elif successor is not None:
             self._take_over(frozen, flow, successor, now)
+        elif self._data_through(frozen, flow, self.ports_of[conn].data):
+            self._thaw(pid, now, planned=True)
         else:
-            mine = self.ports_of[conn]
-            others = self._others_data(frozen, flow)
-            if any(data & mine.data for data in others):
-                self._thaw(pid, now, planned=True)
+            others = any(f != flow and f not in frozen.done for f in frozen.rates)
+            gains = self._ack_gains(frozen, flow, now) if others else None
+            if gains is None:
+                frozen.leave_vacant(conn, flow, now + self.spec.tau)
             else:
-                gains = self._ack_gains(frozen, flow, now) if others else None
-                if gains is None:
-                    frozen.leave_vacant(conn, flow, now + self.spec.tau)
-                else:
-                    # The link is free from when the last ACK left it, and what the flow sends there
-                    # in the freed time reaches its sender's count one trip later.
-                    for other, (gain, port) in sorted(gains.items()):
-                        self._boost(frozen, other, gain, now - self._to_sender(conn, port)
-                                    + self._to_sender(self.conn_of[other], port), now)
-                    frozen.boosts[conn] = gains
-                    frozen.leave_vacant(conn, flow)
+                # The link is free from when the last ACK left it, and what the flow sends there
+                # in the freed time reaches its sender's count one trip later.
+                for other, (gain, port) in sorted(gains.items()):
+                    self._boost(frozen, other, gain, now - self._to_sender(conn, port)
+                                + self._to_sender(self.conn_of[other], port), now)
+                frozen.boosts[conn] = gains
+                frozen.leave_vacant(conn, flow)
         self.stats.control_s += time.perf_counter() - t0
 
     def _ack_gains(self, frozen: Frozen, flow: int, now: int) -> dict[int, tuple[float, int]] | None:
@@ -812,15 +810,10 @@ class FastForward:
                                 memo=frozen.memo, offset_ns=frozen.offset_ns + now - frozen.since_ns,
                                 leads={f: frozen.leads[f] for f in part.flows}), now)
 
-    def _others_data(self, frozen: Frozen, flow: int) -> list[frozenset[int]]:
-        """The data ports of each flow of the frozen partition, other than `flow`, still sending."""
-        return [self.ports_of[self.conn_of[f]].data for f in frozen.rates
-                if f != flow and f not in frozen.done]
-
     def _data_through(self, frozen: Frozen, flow: int, ports) -> set[int]:
         """Those of `ports` that data of another flow of the frozen partition, still sending, leaves
-        by (as _others_data, looking only at the flows on those ports: a partition of thousands of
-        flows would be walked at each of its flows' ends)."""
+        by. Only the flows on those ports are looked at: a partition of thousands of flows would be
+        walked at each of its flows' ends."""
         users, done = self.parts.users, frozen.done
         return {p for p in ports
                 if any(g != flow and g in frozen.rates and g not in done and p in self.ports_of[self.conn_of[g]].data
