@@ -316,6 +316,7 @@ class FastForward:
         self.head_since: dict[int, int] = {}              # flow -> since when it is its connection's first
         self.paths: dict[int, frozenset[int]] = {}           # per connection: ports of its partition tags
         self.ports_of: dict[int, FlowPorts] = {}          # per connection: ports its data and ACKs leave by
+        self.data_conns: dict[int, list[int]] = {}        # per port: the connections whose data leaves by it
         self.path_labels: dict[int, str] = {}             # per connection: its ports' labels in order
         self.lag_ns: dict[int, float] = {}                # per connection: how long its deliveries lag its sends
         self.hops: dict[int, tuple[list, list]] = {}      # per connection: (port, ns) of its data, its ACK path
@@ -353,6 +354,8 @@ class FastForward:
             path = self.paths[conn] = frozenset(ordered) | frozenset(p ^ 1 for p in ordered)
             data = ordered[:len(ordered) // 2]            # the data path, then the ACK path (same hops)
             self.ports_of[conn] = FlowPorts(frozenset(data), frozenset(ordered[len(data):]))
+            for p in data:
+                self.data_conns.setdefault(p, []).append(conn)
             # Per hop, a frame's serialization and propagation: a data frame's, an ACK's.
             ack_ns = self.net.ack_frame_bytes
             self.hops[conn] = ([(p, self.ports.delays[p]) for p in data],
@@ -812,12 +815,12 @@ class FastForward:
 
     def _data_through(self, frozen: Frozen, flow: int, ports) -> set[int]:
         """Those of `ports` that data of another flow of the frozen partition, still sending, leaves
-        by. Only the flows on those ports are looked at: a partition of thousands of flows would be
-        walked at each of its flows' ends."""
-        users, done = self.parts.users, frozen.done
+        by: another connection's last flow in stream order, not completed (the flows before it
+        are). Looked up per connection, not per flow: the completed flows stay in the partition
+        until the thaw, and a ring's connections pile up hundreds of them on their ports."""
+        own, order, done = self.conn_of[flow], frozen.order, frozen.done
         return {p for p in ports
-                if any(g != flow and g in frozen.rates and g not in done and p in self.ports_of[self.conn_of[g]].data
-                       for g in users.get(p, ()))}
+                if any(c != own and c in order and order[c][-1] not in done for c in self.data_conns.get(p, ()))}
 
     def _take_over(self, frozen: Frozen, flow: int, successor: int, now: int) -> None:
         """`successor`, the next flow of `flow`'s connection, starts inside the frozen partition."""

@@ -39,6 +39,7 @@ class Partitions:
         self.flow_hosts: dict[int, tuple[int, int]] = {}
         self.users: dict[int, set[int]] = {}            # port -> active flows using it
         self.host_users: dict[int, set[int]] = {}       # host -> active flows with an end there
+        self.twins: dict[frozenset[int], int] = {}      # ports -> how many active flows use exactly them
         self._ids = count()
 
     def __iter__(self):
@@ -67,6 +68,7 @@ class Partitions:
                 self.of_port[p] = part.id
         self.flow_ports[flow] = ports
         self.flow_hosts[flow] = hosts
+        self.twins[ports] = self.twins.get(ports, 0) + 1
         for h in hosts:
             self.host_users.setdefault(h, set()).add(flow)
         part.flows.add(flow)
@@ -97,7 +99,26 @@ class Partitions:
 
     def remove_flow(self, flow: int) -> list[Partition]:
         """A flow finishes: split what remains of its partition into components; returns them."""
-        old = self.by_id.pop(self.of_flow.pop(flow))
+        pid = self.of_flow.pop(flow)
+        ports = self.flow_ports[flow]
+        self.twins[ports] -= 1
+        if self.twins[ports]:
+            # A flow on exactly its ports remains (its connection's next flow, in a thaw that drops
+            # the flows completed while frozen): nothing splits and no port is freed.
+            part = self.by_id[pid]
+            part.flows.discard(flow)
+            for p in ports:
+                self.users[p].discard(flow)
+            for h in set(self.flow_hosts.pop(flow)):
+                self.host_users[h].discard(flow)
+                if self.host_users[h].isdisjoint(part.flows):
+                    part.hosts.discard(h)
+                if not self.host_users[h]:
+                    del self.host_users[h]
+            del self.flow_ports[flow]
+            return [part]
+        del self.twins[ports]
+        old = self.by_id.pop(pid)
         gone, kept = [], []                              # its ports no other flow uses, and the others
         for p in self.flow_ports[flow]:
             self.users[p].discard(flow)
