@@ -16,9 +16,11 @@ gets within `margin` of its end, and every end is simulated packet by packet. "c
 default, the paper's way): a flow completes inside its frozen partition when the model has
 delivered its bytes; the executor releases its dependents then, and the next flow of its queue
 pair takes over its place and rate (ring steps and gradient buckets chain on one QP). The
-partition keeps running frozen unless the end changes the others' rates: `margin` bytes before a
-flow's end, if no flow is queued on its connection and another flow of the partition sends data
-through its ports, the partition thaws and that end is simulated after all.
+partition keeps running frozen unless the end changes the others' rates in a way the engine cannot
+tell: `margin` bytes before a flow's end, if no flow is queued on its connection and another flow
+of the partition sends data through its ports, the partition thaws and that end is simulated after
+all, unless the partition's rates are the max-min fair shares of its links (QPs at line rate
+sharing a NIC or a switch port in turn): then the others take the shares the end leaves them.
 
 When a partition forms and the memo holds an isomorphic one, the partition is frozen at once for
 the stored transient plus the steady time after it (none after a truncated record, made on RDMA
@@ -48,6 +50,8 @@ A memo hit restores congestion state but not queue occupancy: the queues refill 
 A computed end carries the frozen rate's error to every later flow of the connection that takes
 over while frozen (the rate is timed between byte arrivals to keep it small), and a flow that
 takes over an idle connection starts one lag after its release, whatever its congestion state.
+Fair shares predict the rates after an end within about 1 % (gpt-13b-dcqcn's last-stage rings,
+alone on their links after the pipeline sends beside them end, run 0.2-0.3 % slow in the model).
 """
 
 from __future__ import annotations
@@ -59,12 +63,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ns3.network import Ns3Network
+from .fairshare import max_min_rates
 from .memo import ConflictGraph, FlowPorts, Memo, Transient, rate_bin
 from .partitions import Partition, Partitions
 
 NEVER = np.iinfo(np.int64).max
 REPLAN_NS = 2_000     # a truncated record is taken once it is due within this (ns)
 LINK_BOUND = 0.98     # a flow whose frames and the ACKs crossing its link fill this much of it is bound by it
+# A partition's rates are max-min fair shares when each is this close to its share. Window-limited
+# DCQCN QPs deliver 1.2-1.5 % above the modelled shares (gpt-13b-dcqcn: 82 of 89 partitions; the
+# rest 5 % off); the change at an end is taken as the ratio of the shares, which cancels most of that.
+FAIR_MATCH = 0.02
 # Episode labels give a flow's age in steps of this; within a step each flow is timed from its own
 # start (Episode.leads). Past the first round trip their bytes left tell flows apart anyway:
 # on moe-bench, 1 us steps let 66-68 all-to-alls replay cold (3.6x fewer events than stock), 10
@@ -108,8 +117,14 @@ class Frozen:
     # the connection's next flow's ACKs come back. A flow's rate changes at given times (`changes`:
     # from when, how much is added), which may lie ahead: a link freed now shows in the deliveries
     # of a flow crossing it one round trip later.
-    boosts: dict[int, dict[int, tuple[float, int]]] = field(default_factory=dict)  # connection -> flow -> (gain, port)
+    boosts: dict[int, dict[int, tuple[float, int | None]]] = field(default_factory=dict)  # connection -> flow -> (gain, port)
     changes: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # flow -> [(ns, rate added)], in time order
+    # A steady record's transient bytes count each flow's bytes on the wire (a hit restarts it with
+    # an empty pipe), from its bytes sent when the partition formed: its deliveries lag the model's
+    # by those, less the bytes it had in flight at the hit (lead them where it had more), and so
+    # does its end (`wire`, per flow the hit froze). Without it, tiny-memo-rdma's replayed incasts
+    # ended 4.1 us early.
+    wire: dict[int, float] = field(default_factory=dict)
     offset_ns: int = 0            # episode: how far into the recorded episode this freeze began
     leads: dict[int, int] = field(default_factory=dict)     # episode: flow -> its clock's lead (Episode.leads)
 
@@ -164,6 +179,10 @@ class Frozen:
         return int(delivered + self.rates[flow] * (at_ns - start)
                    + sum(added * (at_ns - t) for t, added in self.changes.get(flow, ()) if t < at_ns))
 
+    def past_left(self, flow: int, at_ns: int) -> bool:
+        """Whether the model has delivered the `left` bytes of `flow` by `at_ns` (not an episode)."""
+        return self._delivered(flow, at_ns) >= self.left[flow]
+
     def rate_at(self, flow: int, at_ns: int) -> float:
         """The model's rate of `flow` at `at_ns` (its steady one in a transient or before it joined)."""
         return self.rates[flow] + sum(added for t, added in self.changes.get(flow, ()) if t <= at_ns)
@@ -180,9 +199,11 @@ class Frozen:
 
     def end_ns(self, flow: int) -> int:
         """When the model has delivered the `left` bytes of `flow` (after any memoized transient:
-        a hit needs flows that outlast it)."""
+        a hit needs flows that outlast it, and their deliveries lag the model's by `wire`)."""
         left = self.left[flow]
         t, delivered = self._steady_from(flow)
+        if flow not in self.joined:
+            left += self.wire.get(flow, 0.0)
         rate = self.rates[flow]
         for at, added in self.changes.get(flow, ()):
             if at > t:
@@ -598,6 +619,8 @@ class FastForward:
                 conn = self.conn_of[flow]
                 frozen.in_flight[conn] = self._left(flow) - self._untransmitted(flow)
                 frozen.order[conn] = [flow]
+                if frozen.memo is not None:
+                    frozen.wire[flow] = frozen.rates[flow] * self.lag_ns[conn] - frozen.in_flight[conn]
                 self._plan_end(frozen, flow)
         self._close_interval(part.id, now)
         st.frozen = frozen
@@ -636,6 +659,10 @@ class FastForward:
                     # Its last bytes are on the wire in the model, or were in flight since the
                     # freeze: they would arrive a lag late. It completes at its recorded time.
                     self.pending_ends[flow] = frozen.since_ns - frozen.recorded_at(flow) + memo.ends[flow]
+                elif flow in frozen.wire and flow in frozen.ends and frozen.past_left(flow, now):
+                    # The model has all its bytes delivered or on the wire: every byte is skipped,
+                    # and none is left to complete it in ns-3. It completes at its computed end.
+                    self.pending_ends[flow] = frozen.ends[flow]
         for flow in frozen.rates:
             conn = self.conn_of[flow]
             self.thawed[flow] = (frozen.rate_at(flow, now), now)
@@ -689,7 +716,8 @@ class FastForward:
             conn = self.conn_of[flow]
             if self.queued.get(conn):
                 continue
-            if self._data_through(frozen, flow, self.ports_of[conn].data):
+            if (self._data_through(frozen, flow, self.ports_of[conn].data)
+                    and self._share_gains(frozen, flow, now) is None):
                 self._thaw(pid, now, planned=True)
                 return
 
@@ -715,19 +743,19 @@ class FastForward:
         elif successor is not None:
             self._take_over(frozen, flow, successor, now)
         elif self._data_through(frozen, flow, self.ports_of[conn].data):
-            self._thaw(pid, now, planned=True)
+            gains = self._share_gains(frozen, flow, now)
+            if gains is None:
+                self._thaw(pid, now, planned=True)
+            else:
+                self._apply_gains(frozen, conn, gains, now)
+                frozen.leave_vacant(conn, flow)
         else:
             others = any(f != flow and f not in frozen.done for f in frozen.rates)
             gains = self._ack_gains(frozen, flow, now) if others else None
             if gains is None:
                 frozen.leave_vacant(conn, flow, now + self.spec.tau)
             else:
-                # The link is free from when the last ACK left it, and what the flow sends there
-                # in the freed time reaches its sender's count one trip later.
-                for other, (gain, port) in sorted(gains.items()):
-                    self._boost(frozen, other, gain, now - self._to_sender(conn, port)
-                                + self._to_sender(self.conn_of[other], port), now)
-                frozen.boosts[conn] = gains
+                self._apply_gains(frozen, conn, gains, now)
                 frozen.leave_vacant(conn, flow)
         self.stats.control_s += time.perf_counter() - t0
 
@@ -768,6 +796,78 @@ class FastForward:
                     break
         return gains
 
+    def _apply_gains(self, frozen: Frozen, conn: int, gains: dict[int, tuple[float, int | None]],
+                     now: int) -> None:
+        """The flow of `conn` completed: each flow of `gains` runs faster by its gain (slower if
+        negative). The link is free from when the completed flow's last frame or ACK left it, and
+        what the other sends there in the freed time reaches its sender's count one trip later. A
+        change on no port the completed flow used (port None: the ACKs of a flow that gained
+        crossed its data) comes with the first direct one."""
+        starts = {other: now - self._to_sender(conn, port) + self._to_sender(self.conn_of[other], port)
+                  for other, (_, port) in gains.items() if port is not None}
+        first = min(starts.values(), default=now)
+        for other, (gain, _) in sorted(gains.items()):
+            self._boost(frozen, other, gain, starts.get(other, first), now)
+        frozen.boosts[conn] = gains
+
+    def _share_gains(self, frozen: Frozen, flow: int, now: int) -> dict[int, tuple[float, int | None]] | None:
+        """How the rates of the flows of `frozen` change once `flow` (completed, or about to) no
+        longer sends with them: if every rate is its max-min fair share of the links (QPs pacing
+        at line rate, served in turn at a NIC or a switch port: DCQCN that never cut a rate), each
+        flow's share without `flow` over its share with it, applied to its rate, with the first
+        port of its data path where the completed flow's frames or ACKs left room (None: it
+        changes because others did). None if the shares do not hold: another congestion control
+        (HPCC climbs to freed capacity over round trips), a rate cut, a flow not yet steady, or
+        rates FAIR_MATCH off their shares."""
+        net = self.net
+        if not net.fair_share_cc:
+            return None
+        running = sorted(f for f in frozen.rates if f not in frozen.done and f != flow)
+        if not all(frozen.steady_at(f, now) for f in running):
+            return None
+        everyone = running + [flow]
+        for f in everyone:
+            conn = self.conn_of[f]
+            self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
+            if self._cc_buf[0] < self.line_rate[conn] * 8e9 * (1 - 1e-6):
+                return None
+        rates = {f: frozen.rate_at(f, NEVER) for f in everyone}   # with the changes to come
+        shares = self._fair_shares(everyone, rates)
+        if any(abs(shares[f] - rates[f]) > FAIR_MATCH * shares[f] for f in everyone):
+            return None
+        after = self._fair_shares(running, rates)
+        freed = self.ports_of[self.conn_of[flow]].data | self.ports_of[self.conn_of[flow]].acks
+        gains = {}
+        for f in running:
+            change = rates[f] * (after[f] / shares[f] - 1)    # the model's ratio: its bias cancels
+            if abs(change) <= 1e-9 * shares[f]:
+                continue
+            gains[f] = (change, next((p for p, _ in self.hops[self.conn_of[f]][0] if p in freed), None))
+        if gains and all(port is None for _, port in gains.values()):
+            return None
+        return gains
+
+    def _fair_shares(self, flows: list[int], rates: dict[int, float]) -> dict[int, float]:
+        """Max-min fair payload rates of `flows` over their data ports: a port carries its line
+        rate less the ACKs crossing it (at `rates`, then at the shares, until they settle), in
+        frames of whole ns; a QP paces its frames at its line rate."""
+        net = self.net
+        paths = {f: self.ports_of[self.conn_of[f]].data for f in flows}
+        caps = {f: net.payload_bytes / math.ceil(net.data_frame_bytes / self.line_rate[self.conn_of[f]])
+                for f in flows}
+        shares = rates
+        for _ in range(3):
+            busy: dict[int, float] = {}   # port -> ns per ns its ACK frames take
+            for f in flows:
+                for p in self.ports_of[self.conn_of[f]].acks:
+                    busy[p] = busy.get(p, 0.0) + shares[f] / net.acked_per_ack \
+                        * math.ceil(net.ack_frame_bytes / self.ports.rates[p])
+            capacity = {p: max(0.0, 1 - busy.get(p, 0.0)) * net.payload_bytes
+                        / math.ceil(net.data_frame_bytes / self.ports.rates[p])
+                        for ports in paths.values() for p in ports}
+            shares = max_min_rates(paths, capacity, caps)
+        return shares
+
     def _boost(self, frozen: Frozen, flow: int, added: float, at_ns: float, now: int) -> None:
         """`flow` runs faster by `added` (slower if negative) from `at_ns`, not before now: a new
         computed end. (A completed flow too: a successor filling its vacancy takes over its rate.)"""
@@ -779,9 +879,12 @@ class FastForward:
     def _revoke(self, frozen: Frozen, conn: int, now: int) -> None:
         """The next flow of vacant `conn` started now: the flows it boosted lose their gains from
         when its first ACK reaches their links, one trip to their senders later."""
-        for other, (gain, port) in sorted(frozen.boosts.pop(conn, {}).items()):
-            self._boost(frozen, other, -gain, now + self._from_start(conn, port)
-                        + self._to_sender(self.conn_of[other], port), now)
+        gains = frozen.boosts.pop(conn, {})
+        ends = {other: now + self._from_start(conn, port) + self._to_sender(self.conn_of[other], port)
+                for other, (_, port) in gains.items() if port is not None}
+        first = min(ends.values(), default=now)
+        for other, (gain, _) in sorted(gains.items()):
+            self._boost(frozen, other, -gain, ends.get(other, first), now)
 
     def _to_sender(self, conn: int, port: int) -> float:
         """ns from a frame of `conn` starting out of `port` (on its data or ACK path) to its ACK
@@ -790,10 +893,10 @@ class FastForward:
         return sum(ns for _, ns in hops[[p for p, _ in hops].index(port):])
 
     def _from_start(self, conn: int, port: int) -> float:
-        """ns from `conn`'s first byte leaving the sender to its first ACK starting out of `port`
-        (on its ACK path)."""
-        data, acks = self.hops[conn]
-        return sum(ns for _, ns in data) + sum(ns for _, ns in acks[:[p for p, _ in acks].index(port)])
+        """ns from `conn`'s first byte leaving the sender to its first frame or ACK starting out of
+        `port` (on its data or ACK path)."""
+        hops = self.hops[conn][0] + self.hops[conn][1]
+        return sum(ns for _, ns in hops[:[p for p, _ in hops].index(port)])
 
     def _shed_completed(self, pid: int, now: int) -> None:
         """A flow starts on ports of a frozen episode, or the next flow of a completed one's

@@ -40,6 +40,10 @@ class Ns3Network:
     ack_frame_bytes: int = 0
     acked_per_ack: int = 0
     utilization_cc: bool = False   # HPCC, HPCC-PINT: rates follow the links' measured utilization
+    # DCQCN: a QP at line rate stays there until a CNP, and QPs share links in turn (max-min).
+    # Not DCTCP, whose rates ramp back after each window's marks (tiny-memo-rdma with DCTCP:
+    # predicted shares put an incast's flows 0.6 % off).
+    fair_share_cc: bool = False
 
     def now_ns(self) -> int:
         return int(self.h.ns.Simulator.Now().GetNanoSeconds())
@@ -109,7 +113,7 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
                           cc_state_keys=keys, payload_bytes=payload,
                           data_frame_bytes=payload + config.dataOverheadBytes + telemetry + timestamp + PPP_HEADER,
                           ack_frame_bytes=config.ackBytes + telemetry + PPP_HEADER, acked_per_ack=acked_per_ack,
-                          utilization_cc=params.cc in ("hpcc", "hpcc-pint"))
+                          utilization_cc=params.cc in ("hpcc", "hpcc-pint"), fair_share_cc=params.cc == "dcqcn")
     config = h.wh.QueueConfig()
     config.queuePackets = transport.queue_size
     config.ecnMarking = transport.kind == "dctcp"

@@ -1,0 +1,51 @@
+"""Max-min fair rates: the textbook cases, and the defining property on random instances."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge.engine.fairshare import max_min_rates
+
+
+def test_flows_on_one_port_share_it_equally():
+    assert max_min_rates({0: frozenset({1}), 1: frozenset({1})}, {1: 10.0}, {0: 99.0, 1: 99.0}) == \
+        {0: pytest.approx(5.0), 1: pytest.approx(5.0)}
+
+
+def test_a_flow_held_back_elsewhere_leaves_its_share_to_the_others():
+    # 0 and 1 share port 1 (10); 1 also crosses port 2 (4) with nothing else: 1 gets 4, 0 gets 6.
+    rates = max_min_rates({0: frozenset({1}), 1: frozenset({1, 2})}, {1: 10.0, 2: 4.0}, {0: 99.0, 1: 99.0})
+    assert rates == {0: pytest.approx(6.0), 1: pytest.approx(4.0)}
+
+
+def test_a_capped_flow_takes_no_more_than_its_cap():
+    rates = max_min_rates({0: frozenset({1}), 1: frozenset({1})}, {1: 10.0}, {0: 2.0, 1: 99.0})
+    assert rates == {0: pytest.approx(2.0), 1: pytest.approx(8.0)}
+
+
+def test_removing_a_flow_can_slow_another():
+    # With 0 on port 1 (0.6), 1 gets 0.3 there and 2 the rest of port 2 (0.7); without 0, 1 and 2
+    # split port 2.
+    paths = {0: frozenset({1}), 1: frozenset({1, 2}), 2: frozenset({2})}
+    caps = {f: 9.0 for f in paths}
+    assert max_min_rates(paths, {1: 0.6, 2: 1.0}, caps) == \
+        {0: pytest.approx(0.3), 1: pytest.approx(0.3), 2: pytest.approx(0.7)}
+    del paths[0]
+    assert max_min_rates(paths, {1: 0.6, 2: 1.0}, caps) == {1: pytest.approx(0.5), 2: pytest.approx(0.5)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.integers(0, 8), st.frozensets(st.integers(0, 5), min_size=1, max_size=3), min_size=1),
+       st.lists(st.floats(0.5, 10.0), min_size=6, max_size=6), st.lists(st.floats(0.1, 12.0), min_size=9, max_size=9))
+def test_every_flow_is_capped_or_has_a_full_port_where_no_one_gets_more(paths, capacity, caps):
+    capacity = dict(enumerate(capacity))
+    caps = {f: caps[f] for f in paths}
+    rates = max_min_rates(paths, capacity, caps)
+    load = {p: sum(rates[f] for f in paths if p in paths[f]) for p in capacity}
+    for p, used in load.items():
+        assert used <= capacity[p] * (1 + 1e-9)
+    for f, ports in paths.items():
+        bottleneck = any(load[p] >= capacity[p] * (1 - 1e-9) and all(rates[g] <= rates[f] * (1 + 1e-9)
+                                                                    for g in paths if p in paths[g])
+                         for p in ports)
+        assert rates[f] >= caps[f] * (1 - 1e-9) or bottleneck
