@@ -100,7 +100,11 @@ class Partitions:
     def remove_flow(self, flow: int) -> list[Partition]:
         """A flow finishes: split what remains of its partition into components; returns them."""
         pid = self.of_flow.pop(flow)
-        ports = self.flow_ports[flow]
+        ports, hosts = self.flow_ports.pop(flow), set(self.flow_hosts.pop(flow))
+        for h in hosts:
+            self.host_users[h].discard(flow)
+            if not self.host_users[h]:
+                del self.host_users[h]
         self.twins[ports] -= 1
         if self.twins[ports]:
             # A flow on exactly its ports remains (its connection's next flow, in a thaw that drops
@@ -109,29 +113,18 @@ class Partitions:
             part.flows.discard(flow)
             for p in ports:
                 self.users[p].discard(flow)
-            for h in set(self.flow_hosts.pop(flow)):
-                self.host_users[h].discard(flow)
-                if self.host_users[h].isdisjoint(part.flows):
-                    part.hosts.discard(h)
-                if not self.host_users[h]:
-                    del self.host_users[h]
-            del self.flow_ports[flow]
+            part.hosts -= {h for h in hosts if self.host_users.get(h, set()).isdisjoint(part.flows)}
             return [part]
         del self.twins[ports]
         old = self.by_id.pop(pid)
         gone, kept = [], []                              # its ports no other flow uses, and the others
-        for p in self.flow_ports[flow]:
+        for p in ports:
             self.users[p].discard(flow)
             if self.users[p]:
                 kept.append(p)
             else:
                 del self.users[p]
                 gone.append(p)
-        for h in set(self.flow_hosts[flow]):
-            self.host_users[h].discard(flow)
-            if not self.host_users[h]:
-                del self.host_users[h]
-        del self.flow_ports[flow], self.flow_hosts[flow]
         rest = old.flows - {flow}
         if rest and self._still_joined(kept):            # no split (the common case): shrink in place
             part = self._new(old.id)
