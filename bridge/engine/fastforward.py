@@ -833,7 +833,7 @@ class FastForward:
                 return None
         rates = {f: frozen.rate_at(f, NEVER) for f in everyone}   # with the changes to come
         shares = self._fair_shares(everyone, rates)
-        if any(abs(shares[f] - rates[f]) > FAIR_MATCH * shares[f] for f in everyone):
+        if any(shares[f] <= 0 or abs(shares[f] - rates[f]) > FAIR_MATCH * shares[f] for f in everyone):
             return None
         after = self._fair_shares(running, rates)
         freed = self.ports_of[self.conn_of[flow]].data | self.ports_of[self.conn_of[flow]].acks
