@@ -271,6 +271,17 @@ def test_rdma_memo_hits_end_flows_on_time(rdma_runs):
     assert error.max() < 0.002, error.tolist()
 
 
+def test_a_flow_the_model_has_all_delivered_at_a_thaw_still_completes(tmp_path):
+    """gpt-bench-hpcc, cold: at some thaws the model has a ring's last step delivered or on the
+    wire entirely (a hit's flows are credited their bytes on the wire), so every byte of it is
+    skipped and none is left for ns-3 to complete it. It completes at its computed end; before,
+    3 flows never finished and the run went on to its stop time."""
+    run = api.run(REPO / "scenarios" / "gpt-bench-hpcc.yaml", tmp_path / "cold", accel=True,
+                  cache=tmp_path / "m.whdb", stop_time_ns=30_000_000, timeout_s=120)
+    assert run.summary["stop_reason"] == "done"
+    assert run.summary["flows_finished"] == run.summary["flows"]
+
+
 def two_incasts(tmp_path, sizes: tuple[str, str], second_ns: int, replay_second_ns: int):
     """Stock and memo cold runs of two 2-to-1 incasts on tiny-memo-rdma (hosts 1, 2 -> 0 from 0,
     then 5, 6 -> 4 from 500 us, flows of `sizes`), the second flow of each starting `second_ns` and
