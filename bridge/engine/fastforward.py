@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -803,12 +804,18 @@ class FastForward:
         what the other sends there in the freed time reaches its sender's count one trip later. A
         change on no port the completed flow used (port None: the ACKs of a flow that gained
         crossed its data) comes with the first direct one."""
-        starts = {other: now - self._to_sender(conn, port) + self._to_sender(self.conn_of[other], port)
-                  for other, (_, port) in gains.items() if port is not None}
-        first = min(starts.values(), default=now)
-        for other, (gain, _) in sorted(gains.items()):
-            self._boost(frozen, other, gain, starts.get(other, first), now)
+        self._boost_gains(frozen, gains, 1, lambda other, port: now - self._to_sender(conn, port)
+                          + self._to_sender(self.conn_of[other], port), now)
         frozen.boosts[conn] = gains
+
+    def _boost_gains(self, frozen: Frozen, gains: dict[int, tuple[float, int | None]], sign: int,
+                     at: Callable[[int, int], float], now: int) -> None:
+        """Each flow of `gains` runs faster by `sign` x its gain from at(flow, port); one whose
+        change came on no port of the completed flow (port None) from the first of the others."""
+        times = {other: at(other, port) for other, (_, port) in gains.items() if port is not None}
+        first = min(times.values(), default=now)
+        for other, (gain, _) in sorted(gains.items()):
+            self._boost(frozen, other, sign * gain, times.get(other, first), now)
 
     def _share_gains(self, frozen: Frozen, flow: int, now: int) -> dict[int, tuple[float, int | None]] | None:
         """How the rates of the flows of `frozen` change once `flow` (completed, or about to) no
@@ -879,12 +886,8 @@ class FastForward:
     def _revoke(self, frozen: Frozen, conn: int, now: int) -> None:
         """The next flow of vacant `conn` started now: the flows it boosted lose their gains from
         when its first ACK reaches their links, one trip to their senders later."""
-        gains = frozen.boosts.pop(conn, {})
-        ends = {other: now + self._from_start(conn, port) + self._to_sender(self.conn_of[other], port)
-                for other, (_, port) in gains.items() if port is not None}
-        first = min(ends.values(), default=now)
-        for other, (gain, _) in sorted(gains.items()):
-            self._boost(frozen, other, -gain, ends.get(other, first), now)
+        self._boost_gains(frozen, frozen.boosts.pop(conn, {}), -1, lambda other, port: now
+                          + self._from_start(conn, port) + self._to_sender(self.conn_of[other], port), now)
 
     def _to_sender(self, conn: int, port: int) -> float:
         """ns from a frame of `conn` starting out of `port` (on its data or ACK path) to its ACK
