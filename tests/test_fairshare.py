@@ -1,10 +1,12 @@
-"""Max-min fair rates: the textbook cases, and the defining property on random instances."""
+"""Max-min fair rates: the textbook cases, the defining property on random instances, and the
+engine's model with ACK frames taking port time."""
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.engine.fairshare import max_min_rates
+from bridge.engine.fairshare import AckedShares, max_min_rates
 
 
 def test_flows_on_one_port_share_it_equally():
@@ -49,3 +51,40 @@ def test_every_flow_is_capped_or_has_a_full_port_where_no_one_gets_more(paths, c
                                                                     for g in paths if p in paths[g])
                          for p in ports)
         assert rates[f] >= caps[f] * (1 - 1e-9) or bottleneck
+
+
+def _acked(paths: dict[int, tuple[list[int], list[int]]], n_ports: int) -> AckedShares:
+    """AckedShares over flows 0..n-1 with (data ports, ACK ports) each, on ports of 10-ns frames of
+    1000 bytes and 1-ns ACK frames, an ACK per 1000 bytes, each flow capped at 90 bytes per ns."""
+    flows = sorted(paths)
+    edges = []
+    for side in (0, 1):
+        pairs = [(i, p) for i, f in enumerate(flows) for p in paths[f][side]]
+        edges.append(tuple(np.array([x[k] for x in pairs], dtype=np.int64) for k in (0, 1)))
+    return AckedShares(edges[0], edges[1], np.full(len(flows), 90.0), np.full(n_ports, 10.0),
+                       np.full(n_ports, 1.0), 1000, 1000)
+
+
+def test_acks_crossing_a_port_take_their_frames_time_from_its_data():
+    # Flows 0 and 1 send through port 0; flow 2 (90 bytes per ns) sends its ACKs across it, 9 per
+    # 100 ns of 1 ns each: port 0 keeps 91 % of its 100 bytes per ns for data.
+    model = _acked({0: ([0], [1]), 1: ([0], [1]), 2: ([2], [0])}, 3)
+    shares = model.shares(np.array([50.0, 50.0, 90.0]))
+    assert shares.tolist() == pytest.approx([45.5, 45.5, 90.0])
+    assert model.shares(np.array([50.0, 50.0, 90.0]), without=2)[:2].tolist() == pytest.approx([50.0, 50.0])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.integers(0, 6), st.tuples(st.lists(st.integers(0, 4), min_size=1, max_size=3, unique=True),
+                                                    st.lists(st.integers(0, 4), max_size=3, unique=True)),
+                       min_size=2),
+       st.data())
+def test_a_flow_left_out_is_the_same_as_a_flow_removed(paths, data):
+    flows = sorted(paths)
+    gone = data.draw(st.sampled_from(flows))
+    rates = np.array(data.draw(st.lists(st.floats(1.0, 90.0), min_size=len(flows), max_size=len(flows))))
+    without = _acked(paths, 5).shares(rates, without=flows.index(gone))
+    kept = [i for i, f in enumerate(flows) if f != gone]
+    removed = _acked({f: paths[f] for f in flows if f != gone}, 5).shares(rates[kept])
+    assert without[flows.index(gone)] == 0.0
+    assert without[kept].tolist() == removed.tolist()

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ns3.network import Ns3Network
-from .fairshare import max_min_rates
+from .fairshare import AckedShares
 from .memo import ConflictGraph, FlowPorts, Memo, Transient, rate_bin
 from .partitions import Partition, Partitions
 
@@ -110,6 +110,9 @@ class Frozen:
     in_flight: dict[int, int] = field(default_factory=dict)  # connection -> bytes unacked at the freeze
     joined: dict[int, int] = field(default_factory=dict)    # flow -> when it took over its connection
     done: set[int] = field(default_factory=set)
+    line_rate_conns: set[int] = field(default_factory=set)  # connections whose QP sends at line rate (fixed while frozen)
+    # Its running flows' fair-share model, and their last rates and shares in it (_share_gains).
+    fair: tuple[list[int], AckedShares | None, np.ndarray | None, np.ndarray | None] = ([], None, None, None)
     order: dict[int, list[int]] = field(default_factory=dict)  # connection -> its flows in stream order
     vacant: dict[int, int] = field(default_factory=dict)    # connection -> its completed flow
     vacant_until: dict[int, int] = field(default_factory=dict)  # connection -> thaw unless filled by then
@@ -342,6 +345,7 @@ class FastForward:
         self.path_labels: dict[int, str] = {}             # per connection: its ports' labels in order
         self.lag_ns: dict[int, float] = {}                # per connection: how long its deliveries lag its sends
         self.hops: dict[int, tuple[list, list]] = {}      # per connection: (port, ns) of its data, its ACK path
+        self.port_arrays: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per connection: its data ports, its ACK ports
         self.next_check_ns = spec.tau * (spec.window + 1)
         self.all_frozen = False                          # since the last run slice (next_wakeup_ns)
         self.stats = FastForwardStats()
@@ -349,6 +353,8 @@ class FastForward:
         self._tag_buf = np.zeros(1, dtype=np.uint32)
         self._interrupted = np.zeros(64, dtype=np.uint32)
         self._cc_buf = np.zeros(3, dtype=np.float64)
+        self._frame_ns: np.ndarray | None = None   # per port: ns a data frame takes (_fair_model)
+        self._ack_ns: np.ndarray | None = None     # ... an ACK frame
         self.line_rate: dict[int, float] = {}            # per connection: its first link's, bytes per ns
         self.thawed: dict[int, tuple[float, int]] = {}   # flow -> (its rate while frozen, thaw time)
         self.formed: set[int] = set()                    # partitions formed since the last prepare()
@@ -376,6 +382,8 @@ class FastForward:
             path = self.paths[conn] = frozenset(ordered) | frozenset(p ^ 1 for p in ordered)
             data = ordered[:len(ordered) // 2]            # the data path, then the ACK path (same hops)
             self.ports_of[conn] = FlowPorts(frozenset(data), frozenset(ordered[len(data):]))
+            self.port_arrays[conn] = (np.array(sorted(data), dtype=np.int64),
+                                      np.array(sorted(ordered[len(data):]), dtype=np.int64))
             for p in data:
                 self.data_conns.setdefault(p, []).append(conn)
             # Per hop, a frame's serialization and propagation: a data frame's, an ACK's.
@@ -832,48 +840,55 @@ class FastForward:
         running = sorted(f for f in frozen.rates if f not in frozen.done and f != flow)
         if not all(frozen.steady_at(f, now) for f in running):
             return None
-        everyone = running + [flow]
+        everyone = sorted(running + [flow])
         for f in everyone:
             conn = self.conn_of[f]
+            if conn in frozen.line_rate_conns:
+                continue
             self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
             if self._cc_buf[0] < self.line_rate[conn] * 8e9 * (1 - 1e-6):
                 return None
-        rates = {f: frozen.rate_at(f, NEVER) for f in everyone}   # with the changes to come
-        shares = self._fair_shares(everyone, rates)
-        if any(shares[f] <= 0 or abs(shares[f] - rates[f]) > FAIR_MATCH * shares[f] for f in everyone):
+            frozen.line_rate_conns.add(conn)
+        # Flows of a partition check their ends one after another on the same flows and rates:
+        # the model and the shares with all of them are the same for each.
+        rates = np.array([frozen.rate_at(f, NEVER) for f in everyone])   # with the changes to come
+        if frozen.fair[0] != everyone:
+            frozen.fair = (everyone, self._fair_model(everyone), None, None)
+        _, model, at, shares = frozen.fair
+        if at is None or not np.array_equal(at, rates):
+            shares = model.shares(rates)
+            frozen.fair = (everyone, model, rates, shares)
+        if np.any((shares <= 0) | (np.abs(shares - rates) > FAIR_MATCH * shares)):
             return None
-        after = self._fair_shares(running, rates)
+        i = everyone.index(flow)
+        after = model.shares(rates, without=i)
         freed = self.ports_of[self.conn_of[flow]].data | self.ports_of[self.conn_of[flow]].acks
+        changes = rates * (after / shares - 1)    # the model's ratio: its bias cancels
+        changes[i] = 0.0
         gains = {}
-        for f in running:
-            change = rates[f] * (after[f] / shares[f] - 1)    # the model's ratio: its bias cancels
-            if abs(change) <= 1e-9 * shares[f]:
-                continue
-            gains[f] = (change, next((p for p, _ in self.hops[self.conn_of[f]][0] if p in freed), None))
+        for j in np.flatnonzero(np.abs(changes) > 1e-9 * shares).tolist():
+            f = everyone[j]
+            gains[f] = (float(changes[j]), next((p for p, _ in self.hops[self.conn_of[f]][0] if p in freed), None))
         if gains and all(port is None for _, port in gains.values()):
             return None
         return gains
 
-    def _fair_shares(self, flows: list[int], rates: dict[int, float]) -> dict[int, float]:
-        """Max-min fair payload rates of `flows` over their data ports: a port carries its line
-        rate less the ACKs crossing it (at `rates`, then at the shares, until they settle), in
-        frames of whole ns; a QP paces its frames at its line rate."""
+    def _fair_model(self, flows: list[int]) -> AckedShares:
+        """The max-min fair payload rates of `flows` over their data ports: a port carries its
+        line rate less the ACKs crossing it, in frames of whole ns; a QP paces its frames at its
+        line rate."""
         net = self.net
-        paths = {f: self.ports_of[self.conn_of[f]].data for f in flows}
-        caps = {f: net.payload_bytes / math.ceil(net.data_frame_bytes / self.line_rate[self.conn_of[f]])
-                for f in flows}
-        shares = rates
-        for _ in range(3):
-            busy: dict[int, float] = {}   # port -> ns per ns its ACK frames take
-            for f in flows:
-                for p in self.ports_of[self.conn_of[f]].acks:
-                    busy[p] = busy.get(p, 0.0) + shares[f] / net.acked_per_ack \
-                        * math.ceil(net.ack_frame_bytes / self.ports.rates[p])
-            capacity = {p: max(0.0, 1 - busy.get(p, 0.0)) * net.payload_bytes
-                        / math.ceil(net.data_frame_bytes / self.ports.rates[p])
-                        for ports in paths.values() for p in ports}
-            shares = max_min_rates(paths, capacity, caps)
-        return shares
+        if self._frame_ns is None:
+            self._frame_ns = np.array([math.ceil(net.data_frame_bytes / r) for r in self.ports.rates], dtype=float)
+            self._ack_ns = np.array([math.ceil(net.ack_frame_bytes / r) for r in self.ports.rates], dtype=float)
+        conns = [self.conn_of[f] for f in flows]
+        edges = []
+        for side in (0, 1):                      # data, ACKs
+            ports = [self.port_arrays[c][side] for c in conns]
+            edges.append((np.repeat(np.arange(len(flows)), [len(a) for a in ports]), np.concatenate(ports)))
+        caps = np.array([net.payload_bytes / math.ceil(net.data_frame_bytes / self.line_rate[c]) for c in conns])
+        return AckedShares(edges[0], edges[1], caps, self._frame_ns, self._ack_ns, net.payload_bytes,
+                           net.acked_per_ack)
 
     def _boost(self, frozen: Frozen, flow: int, added: float, at_ns: float, now: int) -> None:
         """`flow` runs faster by `added` (slower if negative) from `at_ns`, not before now: a new
