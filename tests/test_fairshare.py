@@ -6,7 +6,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.engine.fairshare import AckedShares, max_min_rates
+from bridge.engine.fairshare import AckedShares, progressive_fill
+
+
+def max_min_rates(paths: dict[int, frozenset[int]], capacity: dict[int, float],
+                  caps: dict[int, float]) -> dict[int, float]:
+    """progressive_fill on flows and ports named by numbers (ports numbered below 16)."""
+    flows = sorted(paths)
+    pairs = [(i, p) for i, f in enumerate(flows) for p in sorted(paths[f])]
+    edge_flows, edge_ports = (np.array([x[k] for x in pairs], dtype=np.int64) for k in (0, 1))
+    port_capacity = np.array([capacity.get(p, 0.0) for p in range(16)])
+    rates = progressive_fill(edge_flows, edge_ports, port_capacity, np.array([caps[f] for f in flows]))
+    return dict(zip(flows, rates.tolist()))
 
 
 def test_flows_on_one_port_share_it_equally():

@@ -41,21 +41,6 @@ def progressive_fill(edge_flows: np.ndarray, edge_ports: np.ndarray, capacity: n
     return rates
 
 
-def max_min_rates(paths: dict[int, frozenset[int]], capacity: dict[int, float],
-                  caps: dict[int, float]) -> dict[int, float]:
-    """Per flow, its max-min fair rate: `paths` are the ports each flow's data leaves by,
-    `capacity` what each port carries, `caps` the most each flow can send."""
-    flows = sorted(paths)
-    ports = sorted({p for f in flows for p in paths[f]})
-    index = {p: i for i, p in enumerate(ports)}
-    edges = [(i, index[p]) for i, f in enumerate(flows) for p in sorted(paths[f])]
-    edge_flows, edge_ports = (np.array(x, dtype=np.int64).reshape(-1) for x in zip(*edges)) if edges \
-        else (np.zeros(0, dtype=np.int64),) * 2
-    rates = progressive_fill(edge_flows, edge_ports, np.array([capacity[p] for p in ports], dtype=float),
-                             np.array([caps[f] for f in flows], dtype=float))
-    return dict(zip(flows, rates.tolist()))
-
-
 class AckedShares:
     """Max-min fair payload rates of QPs whose ACK frames take time on the ports they cross: a
     port carries its line rate less the ACKs crossing it, at given rates and then at the shares,
