@@ -6,18 +6,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.engine.fairshare import AckedShares, progressive_fill
+from bridge.engine.fairshare import AckedShares
+
+
+def _wh():
+    from bridge.ns3.loader import load   # the filling runs in our C++ patches
+
+    return load().wh
 
 
 def max_min_rates(paths: dict[int, frozenset[int]], capacity: dict[int, float],
                   caps: dict[int, float]) -> dict[int, float]:
-    """progressive_fill on flows and ports named by numbers (ports numbered below 16)."""
+    """The shares with no ACKs, on flows and ports named by numbers (ports below 16): a port of
+    capacity c takes 1/c ns per byte-sized frame."""
     flows = sorted(paths)
     pairs = [(i, p) for i, f in enumerate(flows) for p in sorted(paths[f])]
-    edge_flows, edge_ports = (np.array([x[k] for x in pairs], dtype=np.int64) for k in (0, 1))
-    port_capacity = np.array([capacity.get(p, 0.0) for p in range(16)])
-    rates = progressive_fill(edge_flows, edge_ports, port_capacity, np.array([caps[f] for f in flows]))
-    return dict(zip(flows, rates.tolist()))
+    edges = tuple(np.array([x[k] for x in pairs], dtype=np.int64) for k in (0, 1))
+    frame_ns = np.array([1 / capacity[p] if p in capacity else 1.0 for p in range(16)])
+    none = (np.zeros(0, dtype=np.int64),) * 2
+    model = AckedShares(_wh(), edges, none, np.array([caps[f] for f in flows]), frame_ns, np.ones(16), 1, 1)
+    return dict(zip(flows, model.shares(np.zeros(len(flows))).tolist()))
 
 
 def test_flows_on_one_port_share_it_equally():
@@ -72,7 +80,7 @@ def _acked(paths: dict[int, tuple[list[int], list[int]]], n_ports: int) -> Acked
     for side in (0, 1):
         pairs = [(i, p) for i, f in enumerate(flows) for p in paths[f][side]]
         edges.append(tuple(np.array([x[k] for x in pairs], dtype=np.int64) for k in (0, 1)))
-    return AckedShares(edges[0], edges[1], np.full(len(flows), 90.0), np.full(n_ports, 10.0),
+    return AckedShares(_wh(), edges[0], edges[1], np.full(len(flows), 90.0), np.full(n_ports, 10.0),
                        np.full(n_ports, 1.0), 1000, 1000)
 
 

@@ -887,7 +887,7 @@ class FastForward:
             ports = [self.port_arrays[c][side] for c in conns]
             edges.append((np.repeat(np.arange(len(flows)), [len(a) for a in ports]), np.concatenate(ports)))
         caps = np.array([net.payload_bytes / math.ceil(net.data_frame_bytes / self.line_rate[c]) for c in conns])
-        return AckedShares(edges[0], edges[1], caps, self._frame_ns, self._ack_ns, net.payload_bytes,
+        return AckedShares(net.h.wh, edges[0], edges[1], caps, self._frame_ns, self._ack_ns, net.payload_bytes,
                            net.acked_per_ack)
 
     def _boost(self, frozen: Frozen, flow: int, added: float, at_ns: float, now: int) -> None:
