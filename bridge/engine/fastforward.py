@@ -89,6 +89,23 @@ LEFT_STEP = 4096
 
 
 @dataclass
+class FairView:
+    """The flows of a frozen partition still sending (and `extra`, a completed one asked about) as
+    the fair-share test sees them at one version of the partition: flows of an all-to-all check
+    their ends one after another on the same rates."""
+
+    version: int
+    extra: int                    # -1: none
+    flows: list[int]              # in flow order
+    index: dict[int, int]         # flow -> its place in `flows`
+    rates: np.ndarray             # with the changes to come
+    steady_since: np.ndarray      # when each delivers at its steady rate
+    model: AckedShares | None     # None unless every QP sends at line rate
+    shares: np.ndarray | None
+    fair: bool                    # every rate within FAIR_MATCH of its share
+
+
+@dataclass
 class Frozen:
     """A frozen partition and what its flows deliver meanwhile, in the model that skips their bytes.
 
@@ -111,8 +128,8 @@ class Frozen:
     joined: dict[int, int] = field(default_factory=dict)    # flow -> when it took over its connection
     done: set[int] = field(default_factory=set)
     line_rate_conns: set[int] = field(default_factory=set)  # connections whose QP sends at line rate (fixed while frozen)
-    # Its running flows' fair-share model, and their last rates and shares in it (_share_gains).
-    fair: tuple[list[int], AckedShares | None, np.ndarray | None, np.ndarray | None] = ([], None, None, None)
+    version: int = 0              # counts the changes to rates, changes, joined and done
+    fair: FairView | None = None  # its flows' fair shares at `version` (_fair_view)
     order: dict[int, list[int]] = field(default_factory=dict)  # connection -> its flows in stream order
     vacant: dict[int, int] = field(default_factory=dict)    # connection -> its completed flow
     vacant_until: dict[int, int] = field(default_factory=dict)  # connection -> thaw unless filled by then
@@ -193,13 +210,28 @@ class Frozen:
 
     def steady_at(self, flow: int, now: int) -> bool:
         """Whether `flow` delivers at its steady rate now (not before it joined, nor in a transient)."""
-        return self._steady_from(flow)[0] <= now
+        return self.steady_since(flow) <= now
+
+    def steady_since(self, flow: int) -> int:
+        return self._steady_from(flow)[0]
 
     def change_rate(self, flow: int, added: float, at_ns: int) -> None:
         """`flow` delivers `added` bytes per ns more from `at_ns` on (not before it delivers steadily)."""
         changes = self.changes.setdefault(flow, [])
         changes.append((max(at_ns, self._steady_from(flow)[0]), added))
         changes.sort()
+        self.version += 1
+
+    def join(self, successor: int, flow: int, at_ns: int) -> None:
+        """`successor` takes over from `flow` at `at_ns`, at its rate and with its changes to come."""
+        self.joined[successor] = at_ns
+        self.rates[successor] = self.rate_at(flow, at_ns)
+        self.changes[successor] = [(t, added) for t, added in self.changes.get(flow, ()) if t > at_ns]
+        self.version += 1
+
+    def complete(self, flow: int) -> None:
+        self.done.add(flow)
+        self.version += 1
 
     def end_ns(self, flow: int) -> int:
         """When the model has delivered the `left` bytes of `flow` (after any memoized transient:
@@ -476,7 +508,7 @@ class FastForward:
             if frozen is not None and frozen.ends:
                 for flow in [f for f, end in frozen.ends.items() if end <= now]:
                     due.append((frozen.ends.pop(flow), flow))
-                    frozen.done.add(flow)
+                    frozen.complete(flow)
                     self.unreported.add(flow)
         for flow in [f for f, end in self.pending_ends.items() if end <= now]:
             due.append((self.pending_ends.pop(flow), flow))
@@ -834,44 +866,47 @@ class FastForward:
         changes because others did). None if the shares do not hold: another congestion control
         (HPCC climbs to freed capacity over round trips), a rate cut, a flow not yet steady, or
         rates FAIR_MATCH off their shares."""
-        net = self.net
-        if not net.fair_share_cc:
+        if not self.net.fair_share_cc:
             return None
-        running = sorted(f for f in frozen.rates if f not in frozen.done and f != flow)
-        if not all(frozen.steady_at(f, now) for f in running):
+        extra = flow if flow in frozen.done else -1
+        view = frozen.fair
+        if view is None or view.version != frozen.version or view.extra != extra:
+            view = frozen.fair = self._fair_view(frozen, extra, view)
+        i = view.index[flow]
+        if np.count_nonzero(view.steady_since > now) > (view.steady_since[i] > now) or not view.fair:
             return None
-        everyone = sorted(running + [flow])
-        for f in everyone:
-            conn = self.conn_of[f]
-            if conn in frozen.line_rate_conns:
-                continue
-            self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
-            if self._cc_buf[0] < self.line_rate[conn] * 8e9 * (1 - 1e-6):
-                return None
-            frozen.line_rate_conns.add(conn)
-        # Flows of a partition check their ends one after another on the same flows and rates:
-        # the model and the shares with all of them are the same for each.
-        rates = np.array([frozen.rate_at(f, NEVER) for f in everyone])   # with the changes to come
-        if frozen.fair[0] != everyone:
-            frozen.fair = (everyone, self._fair_model(everyone), None, None)
-        _, model, at, shares = frozen.fair
-        if at is None or not np.array_equal(at, rates):
-            shares = model.shares(rates)
-            frozen.fair = (everyone, model, rates, shares)
-        if np.any((shares <= 0) | (np.abs(shares - rates) > FAIR_MATCH * shares)):
-            return None
-        i = everyone.index(flow)
-        after = model.shares(rates, without=i)
+        rates, shares = view.rates, view.shares
+        after = view.model.shares(rates, without=i)
         freed = self.ports_of[self.conn_of[flow]].data | self.ports_of[self.conn_of[flow]].acks
         changes = rates * (after / shares - 1)    # the model's ratio: its bias cancels
         changes[i] = 0.0
         gains = {}
         for j in np.flatnonzero(np.abs(changes) > 1e-9 * shares).tolist():
-            f = everyone[j]
+            f = view.flows[j]
             gains[f] = (float(changes[j]), next((p for p, _ in self.hops[self.conn_of[f]][0] if p in freed), None))
         if gains and all(port is None for _, port in gains.values()):
             return None
         return gains
+
+    def _fair_view(self, frozen: Frozen, extra: int, last: FairView | None) -> FairView:
+        """The fair-share test's view of `frozen` now (the model kept from `last` if its flows are
+        the same): shares only if every QP sends at line rate (DCQCN never cut it)."""
+        flows = sorted([f for f in frozen.rates if f not in frozen.done] + ([extra] if extra >= 0 else []))
+        rates = np.array([frozen.rate_at(f, NEVER) for f in flows])
+        view = FairView(frozen.version, extra, flows, {f: i for i, f in enumerate(flows)}, rates,
+                        np.array([frozen.steady_since(f) for f in flows], dtype=np.int64), None, None, False)
+        for f in flows:
+            conn = self.conn_of[f]
+            if conn in frozen.line_rate_conns:
+                continue
+            self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
+            if self._cc_buf[0] < self.line_rate[conn] * 8e9 * (1 - 1e-6):
+                return view
+            frozen.line_rate_conns.add(conn)
+        view.model = last.model if last is not None and last.flows == flows else self._fair_model(flows)
+        view.shares = view.model.shares(rates)
+        view.fair = not np.any((view.shares <= 0) | (np.abs(view.shares - rates) > FAIR_MATCH * view.shares))
+        return view
 
     def _fair_model(self, flows: list[int]) -> AckedShares:
         """The max-min fair payload rates of `flows` over their data ports: a port carries its
@@ -958,10 +993,8 @@ class FastForward:
         busy = self._data_through(frozen, flow, self.ports_of[conn].acks)
         waits = sum(self.net.data_frame_bytes / 2 / self.ports.rates[p] for p in sorted(busy))
         first = self.lag_ns[conn] + waits - self.net.acked_per_ack / frozen.rate_at(flow, now)
-        joined = frozen.joined[successor] = max(now, started + math.ceil(first))
         # It inherits the predecessor's rate and its changes to come, with its gains.
-        frozen.rates[successor] = frozen.rate_at(flow, joined)
-        frozen.changes[successor] = [(t, added) for t, added in frozen.changes.get(flow, ()) if t > joined]
+        frozen.join(successor, flow, max(now, started + math.ceil(first)))
         for gains in frozen.boosts.values():
             if flow in gains:
                 gains[successor] = gains.pop(flow)
