@@ -5,6 +5,7 @@
 #include "ns3/network-module.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace wormhole
 {
@@ -89,7 +90,8 @@ TrimNeverSent(const Ptr<TcpTxBuffer>& buffer, uint64_t bytes)
 FlowTable::FlowTable(uint32_t nFlows)
     : m_flows(nFlows),
       m_delivered(nFlows, 0),
-      m_lastDeliveryNs(nFlows, -1)
+      m_lastDeliveryNs(nFlows, -1),
+      m_inDeliveredSince(nFlows, 0)
 {
 }
 
@@ -103,6 +105,12 @@ uint64_t
 FlowTable::GetDelivered(uint32_t flow) const
 {
     return m_delivered.at(flow);
+}
+
+int64_t
+FlowTable::GetLastDelivery(uint32_t flow) const
+{
+    return m_lastDeliveryNs[flow];
 }
 
 uint64_t
@@ -151,6 +159,16 @@ FlowTable::ReadLastDelivery(int64_t* out) const
     std::copy(m_lastDeliveryNs.begin(), m_lastDeliveryNs.end(), out);
 }
 
+std::vector<uint32_t>
+FlowTable::TakeDeliveredSince()
+{
+    for (uint32_t flow : m_deliveredSince)
+    {
+        m_inDeliveredSince[flow] = 0;
+    }
+    return std::exchange(m_deliveredSince, {});
+}
+
 void
 FlowTable::OnStart(uint32_t flow)
 {
@@ -162,6 +180,11 @@ FlowTable::OnDelivered(uint32_t flow, uint64_t bytes)
 {
     m_delivered[flow] += bytes;
     m_lastDeliveryNs[flow] = Simulator::Now().GetNanoSeconds();
+    if (!m_inDeliveredSince[flow])
+    {
+        m_inDeliveredSince[flow] = 1;
+        m_deliveredSince.push_back(flow);
+    }
 }
 
 void

@@ -17,7 +17,9 @@ RateProbe::RateProbe(FlowTable* table, PortNetwork* network, uint32_t capacity)
       m_times(m_capacity),
       m_flowBytes(size_t(m_capacity) * m_nFlows),
       m_flowTimes(size_t(m_capacity) * m_nFlows),
-      m_portBytes(size_t(m_capacity) * m_nPorts)
+      m_portBytes(size_t(m_capacity) * m_nPorts),
+      m_lastChange(m_nFlows, 0),
+      m_isRecent(m_nFlows, 0)
 {
 }
 
@@ -26,6 +28,13 @@ RateProbe::Start(int64_t tauNs)
 {
     m_tauNs = tauNs;
     Simulator::Cancel(m_next);
+    // Every slot from the table as it is now; from here on, the flows delivering.
+    for (uint32_t slot = 0; slot < m_capacity; slot++)
+    {
+        m_table->ReadDelivered(&m_flowBytes[size_t(slot) * m_nFlows]);
+        m_table->ReadLastDelivery(&m_flowTimes[size_t(slot) * m_nFlows]);
+    }
+    m_table->TakeDeliveredSince();
     Sample();
 }
 
@@ -46,8 +55,32 @@ RateProbe::Sample()
 {
     size_t slot = m_nSamples % m_capacity;
     m_times[slot] = Simulator::Now().GetNanoSeconds();
-    m_table->ReadDelivered(&m_flowBytes[slot * m_nFlows]);
-    m_table->ReadLastDelivery(&m_flowTimes[slot * m_nFlows]);
+    for (uint32_t flow : m_table->TakeDeliveredSince())
+    {
+        m_lastChange[flow] = m_nSamples;
+        if (!m_isRecent[flow])
+        {
+            m_isRecent[flow] = 1;
+            m_recent.push_back(flow);
+        }
+    }
+    // A flow is written at each of the m_capacity samples after its latest delivery, then it
+    // leaves m_recent: every slot holds its count.
+    size_t kept = 0;
+    for (uint32_t flow : m_recent)
+    {
+        m_flowBytes[slot * m_nFlows + flow] = m_table->GetDelivered(flow);
+        m_flowTimes[slot * m_nFlows + flow] = m_table->GetLastDelivery(flow);
+        if (m_nSamples + 1 < m_lastChange[flow] + m_capacity)
+        {
+            m_recent[kept++] = flow;
+        }
+        else
+        {
+            m_isRecent[flow] = 0;
+        }
+    }
+    m_recent.resize(kept);
     m_network->ReadQueueBytes(&m_portBytes[slot * m_nPorts]);
     m_nSamples++;
     m_next = Simulator::Schedule(NanoSeconds(m_tauNs), &RateProbe::Sample, this);

@@ -3,7 +3,9 @@
 //
 // The steady-state test needs rates over a sliding window of samples; sampling inside the
 // simulation (one event per tau) costs far less than stepping Python every tau, and one Read()
-// copies the window into numpy arrays.
+// copies the window into numpy arrays. A sample writes only the flows that delivered bytes in
+// the last `capacity` sample periods: every slot of the others already holds their count (a
+// warm run of moe-8x7b-dcqcn, 101,632 flows, spent 1.9 s of its 9.4 s in ns-3 copying them all).
 #ifndef WORMHOLE_RATE_PROBE_H
 #define WORMHOLE_RATE_PROBE_H
 
@@ -41,6 +43,9 @@ class RateProbe
     uint32_t m_nPorts;
     int64_t m_tauNs = 0;
     uint64_t m_nSamples = 0;
+    std::vector<uint32_t> m_recent;        //!< flows delivering within the last m_capacity samples
+    std::vector<uint64_t> m_lastChange;    //!< per flow: the sample after its latest delivery
+    std::vector<char> m_isRecent;
     std::vector<int64_t> m_times;
     std::vector<uint64_t> m_flowBytes;
     std::vector<int64_t> m_flowTimes;
