@@ -19,7 +19,8 @@ RateProbe::RateProbe(FlowTable* table, PortNetwork* network, uint32_t capacity)
       m_flowTimes(size_t(m_capacity) * m_nFlows),
       m_portBytes(size_t(m_capacity) * m_nPorts),
       m_lastChange(m_nFlows, 0),
-      m_isRecent(m_nFlows, 0)
+      m_isRecent(m_nFlows, 0),
+      m_isUnread(m_nFlows, 0)
 {
 }
 
@@ -35,6 +36,7 @@ RateProbe::Start(int64_t tauNs)
         m_table->ReadLastDelivery(&m_flowTimes[size_t(slot) * m_nFlows]);
     }
     m_table->TakeDeliveredSince();
+    m_readRows = 0;
     Sample();
 }
 
@@ -71,6 +73,7 @@ RateProbe::Sample()
     {
         m_flowBytes[slot * m_nFlows + flow] = m_table->GetDelivered(flow);
         m_flowTimes[slot * m_nFlows + flow] = m_table->GetLastDelivery(flow);
+        MarkUnread(flow);
         if (m_nSamples + 1 < m_lastChange[flow] + m_capacity)
         {
             m_recent[kept++] = flow;
@@ -86,22 +89,49 @@ RateProbe::Sample()
     m_next = Simulator::Schedule(NanoSeconds(m_tauNs), &RateProbe::Sample, this);
 }
 
+void
+RateProbe::MarkUnread(uint32_t flow)
+{
+    if (!m_isUnread[flow])
+    {
+        m_isUnread[flow] = 1;
+        m_unread.push_back(flow);
+    }
+}
+
 uint32_t
 RateProbe::Read(int64_t* times,
                 uint64_t* flowBytes,
                 int64_t* flowTimes,
                 uint32_t* portBytes,
-                uint32_t maxSamples) const
+                uint32_t maxSamples)
 {
     uint64_t n = std::min<uint64_t>({m_nSamples, m_capacity, maxSamples});
     for (uint64_t k = 0; k < n; k++)
     {
         size_t slot = (m_nSamples - n + k) % m_capacity;
         times[k] = m_times[slot];
-        std::copy_n(&m_flowBytes[slot * m_nFlows], m_nFlows, &flowBytes[k * m_nFlows]);
-        std::copy_n(&m_flowTimes[slot * m_nFlows], m_nFlows, &flowTimes[k * m_nFlows]);
+        if (k >= m_readRows) // a row the caller has not had yet: every flow
+        {
+            std::copy_n(&m_flowBytes[slot * m_nFlows], m_nFlows, &flowBytes[k * m_nFlows]);
+            std::copy_n(&m_flowTimes[slot * m_nFlows], m_nFlows, &flowTimes[k * m_nFlows]);
+        }
+        else
+        {
+            for (uint32_t flow : m_unread)
+            {
+                flowBytes[k * m_nFlows + flow] = m_flowBytes[slot * m_nFlows + flow];
+                flowTimes[k * m_nFlows + flow] = m_flowTimes[slot * m_nFlows + flow];
+            }
+        }
         std::copy_n(&m_portBytes[slot * m_nPorts], m_nPorts, &portBytes[k * m_nPorts]);
     }
+    for (uint32_t flow : m_unread)
+    {
+        m_isUnread[flow] = 0;
+    }
+    m_unread.clear();
+    m_readRows = n;
     return n;
 }
 

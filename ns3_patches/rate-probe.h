@@ -29,12 +29,16 @@ class RateProbe
 
     /// Copy the latest min(nSamples, capacity, maxSamples) samples, oldest first: times[k],
     /// flowBytes[k * nFlows + f], flowTimes[k * nFlows + f] (when those bytes had arrived),
-    /// portBytes[k * nPorts + p]. Returns the count.
+    /// portBytes[k * nPorts + p]. Returns the count. The flow arrays must be those of the
+    /// previous Read: in rows it returned then, only flows sampled since are copied (every sample
+    /// of each other flow holds the same count); rows new since (at most `capacity` after Start)
+    /// get every flow.
     uint32_t Read(int64_t* times, uint64_t* flowBytes, int64_t* flowTimes, uint32_t* portBytes,
-                  uint32_t maxSamples) const;
+                  uint32_t maxSamples);
 
   private:
     void Sample();
+    void MarkUnread(uint32_t flow);
 
     FlowTable* m_table;
     PortNetwork* m_network;
@@ -46,6 +50,9 @@ class RateProbe
     std::vector<uint32_t> m_recent;        //!< flows delivering within the last m_capacity samples
     std::vector<uint64_t> m_lastChange;    //!< per flow: the sample after its latest delivery
     std::vector<char> m_isRecent;
+    std::vector<uint32_t> m_unread;        //!< flows written at a sample since the last Read
+    std::vector<char> m_isUnread;
+    uint64_t m_readRows = 0;               //!< rows the last Read returned (all flows in them)
     std::vector<int64_t> m_times;
     std::vector<uint64_t> m_flowBytes;
     std::vector<int64_t> m_flowTimes;
