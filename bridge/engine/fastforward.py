@@ -102,7 +102,7 @@ class FairView:
     steady_since: np.ndarray      # when each delivers at its steady rate
     model: AckedShares | None     # None unless every QP sends at line rate
     shares: np.ndarray | None
-    fair: bool                    # every rate within FAIR_MATCH of its share
+    at_shares: bool               # every rate within FAIR_MATCH of its share
 
 
 @dataclass
@@ -129,7 +129,7 @@ class Frozen:
     done: set[int] = field(default_factory=set)
     line_rate_conns: set[int] = field(default_factory=set)  # connections whose QP sends at line rate (fixed while frozen)
     version: int = 0              # counts the changes to rates, changes, joined and done
-    fair: FairView | None = None  # its flows' fair shares at `version` (_fair_view)
+    fair_view: FairView | None = None  # its flows' fair shares at `version` (_fair_view)
     order: dict[int, list[int]] = field(default_factory=dict)  # connection -> its flows in stream order
     vacant: dict[int, int] = field(default_factory=dict)    # connection -> its completed flow
     vacant_until: dict[int, int] = field(default_factory=dict)  # connection -> thaw unless filled by then
@@ -869,11 +869,12 @@ class FastForward:
         if not self.net.fair_share_cc:
             return None
         extra = flow if flow in frozen.done else -1
-        view = frozen.fair
+        view = frozen.fair_view
         if view is None or view.version != frozen.version or view.extra != extra:
-            view = frozen.fair = self._fair_view(frozen, extra, view)
+            view = frozen.fair_view = self._fair_view(frozen, extra, view)
         i = view.index[flow]
-        if np.count_nonzero(view.steady_since > now) > (view.steady_since[i] > now) or not view.fair:
+        others_late = np.count_nonzero(view.steady_since > now) - (view.steady_since[i] > now)
+        if others_late or not view.at_shares:
             return None
         rates, shares = view.rates, view.shares
         after = view.model.shares(rates, without=i)
@@ -905,7 +906,7 @@ class FastForward:
             frozen.line_rate_conns.add(conn)
         view.model = last.model if last is not None and last.flows == flows else self._fair_model(flows)
         view.shares = view.model.shares(rates)
-        view.fair = not np.any((view.shares <= 0) | (np.abs(view.shares - rates) > FAIR_MATCH * view.shares))
+        view.at_shares = not np.any((view.shares <= 0) | (np.abs(view.shares - rates) > FAIR_MATCH * view.shares))
         return view
 
     def _fair_model(self, flows: list[int]) -> AckedShares:
