@@ -160,6 +160,46 @@ def test_probe_samples_rates_and_queues(simulation, h):
     assert queues.max() > 10 * 1500  # the incast builds a queue at the receiver's port
 
 
+def _probe_windows(h, net, capacity: int, read_every_ns: int) -> list[tuple[np.ndarray, ...]]:
+    """Two flows at 0, one at 150 us and one at 400 us into host 4, sampled every 5 us by a probe of
+    `capacity` samples read every `read_every_ns` into the same arrays: (times, delivered, arrived)
+    of each read."""
+    table = net.flows.GetTable()
+    probe = h.wh.RateProbe(table, net.builder, capacity)
+    probe.Start(5_000)
+    conns = [net.flows.OpenConnection(src, 4) for src in range(4)]
+    starts = {0: [(0, 400_000), (1, 400_000)], 150_000: [(2, 300_000)], 400_000: [(3, 200_000)]}
+    times = np.zeros(capacity, dtype=np.int64)
+    delivered = np.zeros((capacity, 4), dtype=np.uint64)
+    arrived = np.zeros((capacity, 4), dtype=np.int64)
+    queues = np.zeros((capacity, net.n_ports), dtype=np.uint32)
+    reads = []
+    for t in range(0, 700_000, 10_000):
+        for flow, size in starts.get(t, ()):
+            net.flows.StartFlow(flow, conns[flow], size)
+        while net.now_ns() < t + 10_000:
+            h.wh.RunUntil(t + 10_000)          # each completion stops the run
+        if (t + 10_000) % read_every_ns == 0:
+            n = int(probe.Read(times, delivered, arrived, queues, capacity))
+            reads.append((times[:n].copy(), delivered[:n].copy(), arrived[:n].copy()))
+    return reads
+
+
+def test_probe_reads_every_flow_as_sampled_whatever_its_window(simulation, h):
+    # A small window, read often (flows copied only when they delivered lately), against a window
+    # holding the whole run, read once: every sample of every flow the same.
+    net, _ = simulation(leaf_spine(1, 1, 5), 4)
+    whole = _probe_windows(h, net, 1_000, 700_000)[-1]
+    h.ns.Simulator.Destroy()
+    net, _ = simulation(leaf_spine(1, 1, 5), 4)
+    reads = _probe_windows(h, net, 4, 10_000)
+    assert len(reads) == 70 and whole[1][-1].tolist() == [400_000, 400_000, 300_000, 200_000]
+    for times, delivered, arrived in reads:
+        rows = np.searchsorted(whole[0], times)
+        assert (whole[0][rows] == times).all()
+        assert (whole[1][rows] == delivered).all() and (whole[2][rows] == arrived).all()
+
+
 def test_executor_starts_dependents_at_the_finish_of_their_dependencies(simulation):
     net, _ = simulation(leaf_spine(1, 1, 4), 3)
     tasks = [FlowTask(0, 0, 1, 500_000),
