@@ -218,7 +218,7 @@ class Frozen:
     def change_rate(self, flow: int, added: float, at_ns: int) -> None:
         """`flow` delivers `added` bytes per ns more from `at_ns` on (not before it delivers steadily)."""
         changes = self.changes.setdefault(flow, [])
-        changes.append((max(at_ns, self._steady_from(flow)[0]), added))
+        changes.append((max(at_ns, self.steady_since(flow)), added))
         changes.sort()
         self.version += 1
 
@@ -327,8 +327,8 @@ class FastForwardStats:
 class FastForward:
     """Partitions, steady detection and freeze/thaw for one running network."""
 
-    def __init__(self, net: Ns3Network, flow_sizes: list[int], spec, enabled: bool = True,
-                 memo: Memo | None = None, ports: Ports | None = None):
+    def __init__(self, net: Ns3Network, flow_sizes: list[int], spec, enabled: bool, memo: Memo | None,
+                 ports: Ports):
         self.net = net
         self.spec = spec
         self.flow_sizes = flow_sizes
@@ -385,8 +385,9 @@ class FastForward:
         self._tag_buf = np.zeros(1, dtype=np.uint32)
         self._interrupted = np.zeros(64, dtype=np.uint32)
         self._cc_buf = np.zeros(3, dtype=np.float64)
-        self._frame_ns: np.ndarray | None = None   # per port: ns a data frame takes (_fair_model)
-        self._ack_ns: np.ndarray | None = None     # ... an ACK frame
+        port_rates = np.array(ports.rates)
+        self._frame_ns = np.ceil(net.data_frame_bytes / port_rates)   # per port: ns a data frame takes
+        self._ack_ns = np.ceil(net.ack_frame_bytes / port_rates)      # ... an ACK frame (_fair_model)
         self.line_rate: dict[int, float] = {}            # per connection: its first link's, bytes per ns
         self.thawed: dict[int, tuple[float, int]] = {}   # flow -> (its rate while frozen, thaw time)
         self.formed: set[int] = set()                    # partitions formed since the last prepare()
@@ -914,9 +915,6 @@ class FastForward:
         line rate less the ACKs crossing it, in frames of whole ns; a QP paces its frames at its
         line rate."""
         net = self.net
-        if self._frame_ns is None:
-            self._frame_ns = np.array([math.ceil(net.data_frame_bytes / r) for r in self.ports.rates], dtype=float)
-            self._ack_ns = np.array([math.ceil(net.ack_frame_bytes / r) for r in self.ports.rates], dtype=float)
         conns = [self.conn_of[f] for f in flows]
         edges = []
         for side in (0, 1):                      # data, ACKs
