@@ -26,7 +26,7 @@ from .ns3.loader import load, ns3_version
 from .ns3.network import build_network, configure_transport, segment_size, use_tag_simulator
 from .report.tables import (IdealFct, RdmaIdealFct, accel_summary, fct_stats, flows_frame, iterations_frame,
                             partitions_frame, write_fct_txt, write_pfc_txt, write_qlen_csv)
-from .scenario import Scenario, with_accel_overrides
+from .scenario import AccelSpec, Scenario, with_accel_overrides
 from .topology import Topology, build_topology
 from .workload.dag import Workload
 from .workload.flows import load_flows
@@ -205,6 +205,10 @@ def port_properties(topology: Topology, mtu: int) -> Ports:
     return ports
 
 
+_NOT_IN_FINGERPRINT = {"flow_ends", "episodes", "episode_bytes"}
+_EPISODE_STEPS = ("episode_bytes_step", "episode_age_step")
+
+
 def open_memo(scenario: Scenario, path: str | Path | None = None) -> Memo:
     """The memo records of this scenario's configuration in the store at `path` (or the default)."""
     transport = scenario.transport
@@ -212,8 +216,11 @@ def open_memo(scenario: Scenario, path: str | Path | None = None) -> Memo:
     settings = {"transport": (dataclasses.asdict(transport.resolved()) if transport.kind == "rdma"
                               else transport.model_dump(mode="json")),
                 # (how flows end, and which partitions are kept as episodes, do not change what a
-                # record holds)
-                "accel": scenario.accel.model_dump(mode="json", exclude={"flow_ends", "episodes"}),
+                # record holds; episode label steps at their defaults stay out, so that stores made
+                # before they were settings stay valid)
+                "accel": scenario.accel.model_dump(mode="json", exclude=_NOT_IN_FINGERPRINT | {
+                    name for name in _EPISODE_STEPS
+                    if getattr(scenario.accel, name) == AccelSpec.model_fields[name].default}),
                 "versions": {"wormhole": __version__, "ns3": ns3_version(), "record_model": RECORD_MODEL}}
     try:
         return Memo(open_store(path), fingerprint(settings), f"wormhole-sim {__version__} / ns-3 {ns3_version()}",

@@ -282,7 +282,8 @@ def test_a_flow_the_model_has_all_delivered_at_a_thaw_still_completes(tmp_path):
     assert run.summary["flows_finished"] == run.summary["flows"]
 
 
-def two_incasts(tmp_path, sizes: tuple[str, str], second_ns: int, replay_second_ns: int):
+def two_incasts(tmp_path, sizes: tuple[str, str], second_ns: int, replay_second_ns: int,
+                accel_overrides: dict | None = None):
     """Stock and memo cold runs of two 2-to-1 incasts on tiny-memo-rdma (hosts 1, 2 -> 0 from 0,
     then 5, 6 -> 4 from 500 us, flows of `sizes`), the second flow of each starting `second_ns` and
     `replay_second_ns` after the first."""
@@ -294,7 +295,7 @@ def two_incasts(tmp_path, sizes: tuple[str, str], second_ns: int, replay_second_
     path = tmp_path / "incasts.yaml"
     path.write_text(yaml.safe_dump(data))
     return (api.run(path, tmp_path / "stock"),
-            api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "m.whdb"))
+            api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "m.whdb", accel_overrides=accel_overrides))
 
 
 def test_a_hit_credits_the_bytes_its_flows_have_in_flight_once(tmp_path):
@@ -324,6 +325,26 @@ def test_an_episode_whose_flows_have_delivered_a_little_more_replays_them_by_the
     assert (cold.flows.bytes_skipped[2:] > 0).all()
     late = cold.flows.end_ns - stock.flows.end_ns
     assert late.abs().max() <= 100, late.tolist()
+
+
+@pytest.mark.parametrize("steps, replays", [({}, 0), ({"episode_bytes_step": "64KiB"}, 1)])
+def test_coarser_episode_labels_replay_an_incast_whose_flows_joined_apart(tmp_path, steps, replays):
+    """The recorded incast's flows start together; the second incast's second flow 8 us after its
+    first, which has delivered a few KB by then: in 4 KiB steps its bytes left tell it apart from
+    the recorded one (simulated, as in stock), in 64 KiB steps they do not. The replayed flows
+    complete as the recorded ones did from where each stands on the recorded clock; the pattern
+    differed (the first had the link to itself for 8 us), so stock ends them 7-8 us earlier: the
+    price of coarser labels."""
+    stock, cold = two_incasts(tmp_path, ("200KB", "200KB"), 0, 8_000, accel_overrides=steps)
+    assert cold.summary["accel"]["memo"]["applied_episode"] == replays
+    fct = cold.flows.fct_ns
+    error = (fct - stock.flows.fct_ns).abs() / stock.flows.fct_ns
+    if replays:
+        assert (cold.flows.bytes_skipped[2:] > 0).all()
+        assert fct[3] == fct[1] and abs(fct[2] - fct[0]) < 1_000, fct.tolist()
+        assert error[2:].between(0.2, 0.3).all(), error.tolist()
+    else:
+        assert error.max() < 0.01, error.tolist()
 
 
 def test_a_replayed_flow_is_placed_on_its_recorded_clock_by_its_bytes_once_it_has_delivered_some():

@@ -189,6 +189,13 @@ def test_unknown_flow_key_fails():
     assert e.field == "flows[2].prio"
 
 
+@pytest.mark.parametrize("field, value", [("episode_bytes_step", 0), ("episode_age_step", "0us"),
+                                          ("episode_bytes", "-1KB")])
+def test_bad_episode_setting_fails(field, value):
+    e = _mutated(lambda d: d.update(accel={field: value}))
+    assert e.field == f"accel.{field}", e
+
+
 def test_wrong_type_fails():
     e = _mutated(lambda d: d["topology"].update(leaves="two"))
     assert e.field == "topology.leaves" and "'two'" in e.message

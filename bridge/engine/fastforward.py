@@ -75,17 +75,21 @@ LINK_BOUND = 0.98     # a flow whose frames and the ACKs crossing its link fill 
 # DCQCN QPs deliver 1.2-1.5 % above the modelled shares (gpt-13b-dcqcn: 82 of 89 partitions; the
 # rest 5 % off); the change at an end is taken as the ratio of the shares, which cancels most of that.
 FAIR_MATCH = 0.02
-# Episode labels give a flow's age in steps of this; within a step each flow is timed from its own
-# start (Episode.leads). Past the first round trip their bytes left tell flows apart anyway:
-# on moe-bench, 1 us steps let 66-68 all-to-alls replay cold (3.6x fewer events than stock), 10
-# us steps 95-105 (4.1x, 4.7x) at the same errors, and no age at all the same as 10 us.
-AGE_STEP_NS = 10_000
-# Episode labels give a flow's bytes left in steps of this (a flow that has delivered less than a
-# step: its size; _clock_on_record). Exact bytes told apart all-to-alls whose hosts joined a few
-# tens of ns apart: on moe-bench-dcqcn 4.7x fewer events than stock cold and 7.1x warm, 6.4x and 9.2x
-# with 4 KB steps at the same errors (16 KB: 7.0x and 10.5x, but moe-bench-hpcc's warm p99 went
-# 4.7 % -> 6.3 % for 8.0x -> 8.4x).
-LEFT_STEP = 4096
+# Episode labels give a flow's age in steps of spec.episode_age_step; within a step each flow is
+# timed from its own start (Episode.leads). Past the first round trip their bytes left tell flows
+# apart anyway: on moe-bench, 1 us steps let 66-68 all-to-alls replay cold (3.6x fewer events than
+# stock), 10 us steps (the default) 95-105 (4.1x, 4.7x) at the same errors, and no age at all the
+# same as 10 us. They give its bytes left in steps of spec.episode_bytes_step (a flow that has
+# delivered less than a step: its size; _clock_on_record). Exact bytes told apart all-to-alls whose
+# hosts joined a few tens of ns apart: on moe-bench-dcqcn 4.7x fewer events than stock cold and
+# 7.1x warm, 6.4x and 9.2x with 4 KB steps (the default) at the same errors (16 KB: 7.0x and 10.5x,
+# but moe-bench-hpcc's warm p99 went 4.7 % -> 6.3 % for 8.0x -> 8.4x). moe-8x7b's hosts join its
+# all-to-alls up to 10 us apart, each with 6 flows of 512 KiB: on HPCC, 64 KiB and 100 us steps
+# replay 1,697 of its 2,048 all-to-alls cold against 0 (README).
+# A replayed flow that has delivered less than this is placed on its recorded clock by its age,
+# else by its bytes (_clock_on_record), whatever the label steps: in 64 KiB steps, an incast's
+# first flow, alone for 8 us and 45 KB ahead, placed by its age ended 26 % late.
+AGE_PLACED_BYTES = 4096
 
 
 @dataclass
@@ -284,7 +288,7 @@ class Episode:
     left: dict[int, int]          # flow index -> bytes left when the partition formed
     delivered: dict[int, int]     # flow index -> bytes delivered when the partition formed
     # Each flow's times count from when its age was its label's (`leads`: how far into its age
-    # step, AGE_STEP_NS, it was at forming), so that a replay, whose flows are each somewhere else
+    # step, spec.episode_age_step, it was at forming), so that a replay, whose flows are each somewhere else
     # in theirs, times each flow from its own start: with one clock from forming (and 1 us steps),
     # a replayed flow that had started 0.6 us before the lookup completed 0.6 us late
     # (moe-bench-hpcc: +67 ns on average, +0.77 us for flows 0.6-1 us old).
@@ -1074,7 +1078,8 @@ class FastForward:
         left = {f: self._left(f) for f in flows}
         # (Longer flows, which can be frozen steady, made worse episodes: on gpt-bench-dcqcn its
         # 384 KB pipeline sends, often thawed early by rings starting beside them, doubled p99.)
-        short = self.spec.margin + self.spec.min_freeze * max(self.line_rate[self.conn_of[f]] for f in flows)
+        short = self.spec.episode_bytes or \
+            self.spec.margin + self.spec.min_freeze * max(self.line_rate[self.conn_of[f]] for f in flows)
         if max(left.values()) >= short:
             return False
         if all(self._untransmitted(f) == 0 for f in flows):
@@ -1085,7 +1090,7 @@ class FastForward:
         graph = ConflictGraph(flows, {f: self.ports_of[self.conn_of[f]] for f in flows},
                                {f: self._episode_label(f, left[f], now) for f in flows})
         hit = next(iter(self.memo.lookup(graph)), None)
-        leads = {f: (now - self.head_since[f]) % AGE_STEP_NS for f in flows}
+        leads = {f: (now - self.head_since[f]) % self.spec.episode_age_step for f in flows}
         if hit is None:
             episode = Episode(graph, now, left, {f: int(self.table.GetDelivered(f)) for f in flows}, leads)
             for f in flows:
@@ -1099,21 +1104,22 @@ class FastForward:
         return True
 
     def _episode_label(self, flow: int, left: int, now: int) -> str:
-        """An episode vertex: the flow's bytes left in LEFT_STEP steps (its size while it has
-        delivered less than a step), whether it took over its QP from a predecessor (T: its first
+        """An episode vertex: the flow's bytes left in episode_bytes_step steps (its size while it
+        has delivered less than a step), whether it took over its QP from a predecessor (T: its first
         bytes were on the wire behind the predecessor's when it became the head) or started on an
-        idle one (I), how long it has been the head in AGE_STEP_NS steps, its QP's rate and target
+        idle one (I), how long it has been the head in episode_age_step steps, its QP's rate and target
         (HPCC: reference) rate in memo_bins steps of the line rate, and its path. (Without T/I,
         gpt-tiny's backward pipeline sends, starting on idle QPs, replayed a record of forward sends
         that took over theirs and ended in 2.7 us instead of 6.8.)"""
         conn = self.conn_of[flow]
         start = "T" if flow in self.took_over else "I"
-        age = (now - self.head_since[flow]) // AGE_STEP_NS
+        age = (now - self.head_since[flow]) // self.spec.episode_age_step
         self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
         line_bps = self.line_rate[conn] * 8e9
         rate, target = (rate_bin(float(x), line_bps, self.spec.memo_bins) for x in self._cc_buf[:2])
         size = self.flow_sizes[flow]
-        bytes_left = f"N{size}" if _under_a_step(size, left) else f"E{round(left / LEFT_STEP)}"
+        step = self.spec.episode_bytes_step
+        bytes_left = f"N{size}" if _under_a_step(size, left, step) else f"E{round(left / step)}"
         return f"{bytes_left}/{start}/{age}/{rate}/{target}|{self.path_labels[conn]}"
 
     def _episode_flow_ended(self, flow: int, now: int, successor: int | None) -> None:
@@ -1286,20 +1292,21 @@ def _spread(rates: np.ndarray) -> float:
     return float((rates.max() - rates.min()) / mean) if mean > 0 else float("inf")
 
 
-def _under_a_step(size: int, left: int) -> bool:
-    """A flow that has delivered less than LEFT_STEP: labelled by its size, placed by its age."""
-    return size - left < LEFT_STEP
+def _under_a_step(size: int, left: int, step: int) -> bool:
+    """A flow that has delivered less than one `step` of episode labels: labelled by its size,
+    placed by its age."""
+    return size - left < step
 
 
 def _clock_on_record(hit: Transient, flow: int, size: int, left: int, lead: int) -> int:
     """Where a replayed flow of `size` bytes with `left` left, `lead` ns into its age step, stands
-    on its recorded clock. One that has delivered less than LEFT_STEP, or the recorded flow's bytes,
+    on its recorded clock. One that has delivered less than AGE_PLACED_BYTES, or the recorded flow's bytes,
     at its own lead: early on only its age tells where it is (placed by bytes, flows joining an
     all-to-all 4 us after the others were mapped onto them and ended 4 us off); so is one whose
     recorded flow had no bytes left (no rate to place it by). Else where the recorded flow, at its
     mean rate to its end, had `left` bytes left."""
     recorded_left = hit.bytes[flow]
-    if _under_a_step(size, left) or left == recorded_left or recorded_left == 0:
+    if _under_a_step(size, left, AGE_PLACED_BYTES) or left == recorded_left or recorded_left == 0:
         return lead
     rate = recorded_left / max(1, hit.ends[flow] - hit.leads[flow])
     return hit.leads[flow] + round((recorded_left - left) / rate)

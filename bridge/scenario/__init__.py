@@ -6,6 +6,7 @@ already parsed (tests, sweeps). The schema is in `schema.py`, the checks across 
 
 from bridge.scenario.load import load_scenario, parse_scenario_dict
 from bridge.scenario.schema import (
+    AccelSpec,
     FatTreeSpec,
     FlowSpec,
     HpccTopologySpec,
@@ -19,6 +20,7 @@ from bridge.scenario.schema import (
 )
 
 __all__ = [
+    "AccelSpec",
     "FatTreeSpec",
     "FlowSpec",
     "HpccTopologySpec",
