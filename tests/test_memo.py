@@ -353,10 +353,11 @@ def test_a_replayed_flow_is_placed_on_its_recorded_clock_by_its_bytes_once_it_ha
     less than a label step, or whose recorded flow had nothing left, at its own lead."""
     hit = Transient(transient_ns=25_100, bytes={0: 50_000, 1: 0}, rates={}, states={},
                     ends={0: 25_100, 1: 5_000}, leads={0: 100, 1: 100})
-    assert _clock_on_record(hit, 0, 98_304, 48_000, 300) == 1_100
-    assert _clock_on_record(hit, 0, 98_304, 50_000, 300) == 300
-    assert _clock_on_record(hit, 0, 50_000, 48_000, 300) == 300
-    assert _clock_on_record(hit, 1, 98_304, 1_500, 300) == 300
+    assert _clock_on_record(hit, 0, 98_304, 48_000, 300, 4096) == 1_100
+    assert _clock_on_record(hit, 0, 98_304, 50_000, 300, 4096) == 300
+    assert _clock_on_record(hit, 0, 50_000, 48_000, 300, 4096) == 300
+    assert _clock_on_record(hit, 1, 98_304, 1_500, 300, 4096) == 300
+    assert _clock_on_record(hit, 0, 98_304, 48_000, 300, 65_536) == 300   # 50,304 bytes: under a step
 
 
 def test_flows_too_short_for_a_truncated_record_apply_its_first_part(tmp_path):

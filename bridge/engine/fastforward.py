@@ -86,10 +86,6 @@ FAIR_MATCH = 0.02
 # but moe-bench-hpcc's warm p99 went 4.7 % -> 6.3 % for 8.0x -> 8.4x). moe-8x7b's hosts join its
 # all-to-alls up to 10 us apart, each with 6 flows of 512 KiB: on HPCC, 64 KiB and 100 us steps
 # replay 1,697 of its 2,048 all-to-alls cold against 0 (README).
-# A replayed flow that has delivered less than this is placed on its recorded clock by its age,
-# else by its bytes (_clock_on_record), whatever the label steps: in 64 KiB steps, an incast's
-# first flow, alone for 8 us and 45 KB ahead, placed by its age ended 26 % late.
-AGE_PLACED_BYTES = 4096
 
 
 @dataclass
@@ -1096,7 +1092,8 @@ class FastForward:
             for f in flows:
                 self.episode_of[f] = episode
             return False
-        leads = {f: _clock_on_record(hit, f, self.flow_sizes[f], left[f], leads[f]) for f in flows}
+        step = self.spec.episode_bytes_step
+        leads = {f: _clock_on_record(hit, f, self.flow_sizes[f], left[f], leads[f], step) for f in flows}
         self.memo.stats.applied_episode += 1
         rates = {f: left[f] / max(1, hit.ends[f]) for f in flows}
         self._freeze(part, self.state[part.id], Frozen(group=-1, since_ns=now, until_ns=NEVER, rates=rates,
@@ -1298,15 +1295,17 @@ def _under_a_step(size: int, left: int, step: int) -> bool:
     return size - left < step
 
 
-def _clock_on_record(hit: Transient, flow: int, size: int, left: int, lead: int) -> int:
+def _clock_on_record(hit: Transient, flow: int, size: int, left: int, lead: int, step: int) -> int:
     """Where a replayed flow of `size` bytes with `left` left, `lead` ns into its age step, stands
-    on its recorded clock. One that has delivered less than AGE_PLACED_BYTES, or the recorded flow's bytes,
-    at its own lead: early on only its age tells where it is (placed by bytes, flows joining an
-    all-to-all 4 us after the others were mapped onto them and ended 4 us off); so is one whose
-    recorded flow had no bytes left (no rate to place it by). Else where the recorded flow, at its
-    mean rate to its end, had `left` bytes left."""
+    on its recorded clock (`step`: the labels' bytes step). One that has delivered less than a step,
+    or the recorded flow's bytes, at its own lead: early on only its age tells where it is (placed
+    by bytes, flows joining an all-to-all 4 us after the others were mapped onto them and ended 4 us
+    off; in 64 KiB steps placed by bytes from 4 KiB on, moe-8x7b-hpcc's first hosts' flows, which had
+    sent their first tens of KB alone at line rate, stood too far on at the mean rate: iteration
+    error 0.04 -> 0.22 %); so is one whose recorded flow had no bytes left (no rate to place it by).
+    Else where the recorded flow, at its mean rate to its end, had `left` bytes left."""
     recorded_left = hit.bytes[flow]
-    if _under_a_step(size, left, AGE_PLACED_BYTES) or left == recorded_left or recorded_left == 0:
+    if _under_a_step(size, left, step) or left == recorded_left or recorded_left == 0:
         return lead
     rate = recorded_left / max(1, hit.ends[flow] - hit.leads[flow])
     return hit.leads[flow] + round((recorded_left - left) / rate)
