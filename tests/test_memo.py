@@ -14,6 +14,8 @@ from bridge.cli import main
 from bridge.engine.fastforward import _clock_on_record
 from bridge.engine.memo import ConflictGraph, FlowPorts, Memo, Transient, fingerprint
 from bridge.errors import CacheFileError
+from bridge.scenario import load_scenario, with_accel_overrides
+from bridge.simulation import open_memo
 from cache_store import MemoStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,6 +106,20 @@ def test_another_fingerprint_is_never_loaded(tmp_path):
     other = Memo(store, fingerprint({"ecn_kmin": 30}), "t", warn=print)
     assert other.stats.records_loaded == 0 and other.lookup(cg) == []
     assert len(Memo(store, fingerprint({"ecn_kmin": 20}), "t", warn=print).lookup(cg)) == 1
+
+
+def test_episode_label_steps_namespace_records_but_the_episode_bound_does_not(tmp_path):
+    """A record made with other label steps never applies (E8 in 64 KiB steps is not E8 in 4 KiB
+    steps); steps at their defaults leave the fingerprint as it was before they were settings. The
+    bound on episode flows, like `episodes`, changes which partitions are recorded, not what a
+    record means."""
+    scenario = load_scenario(REPO / "scenarios" / "tiny-memo-rdma.yaml")
+
+    def key(**accel) -> str:
+        return open_memo(with_accel_overrides(scenario, accel), tmp_path / "m.whdb").fingerprint
+
+    assert key() == key(episode_bytes_step=4096, episode_age_step=10_000) == key(episode_bytes=2**20)
+    assert len({key(), key(episode_bytes_step=65_536), key(episode_age_step=100_000)}) == 3
 
 
 # -- end to end on ns-3 ------------------------------------------------------------------------

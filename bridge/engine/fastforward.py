@@ -84,8 +84,8 @@ FAIR_MATCH = 0.02
 # hosts joined a few tens of ns apart: on moe-bench-dcqcn 4.7x fewer events than stock cold and
 # 7.1x warm, 6.4x and 9.2x with 4 KB steps (the default) at the same errors (16 KB: 7.0x and 10.5x,
 # but moe-bench-hpcc's warm p99 went 4.7 % -> 6.3 % for 8.0x -> 8.4x). moe-8x7b's hosts join its
-# all-to-alls up to 10 us apart, each with 6 flows of 512 KiB: on HPCC, 64 KiB and 100 us steps
-# replay 1,697 of its 2,048 all-to-alls cold against 0 (README).
+# all-to-alls 17 us apart at the median, each with 6 flows of 512 KiB: on HPCC, 64 KiB and 100 us
+# steps replay 1,697 of its 2,048 all-to-alls cold against 0 (README).
 
 
 @dataclass
@@ -284,10 +284,10 @@ class Episode:
     left: dict[int, int]          # flow index -> bytes left when the partition formed
     delivered: dict[int, int]     # flow index -> bytes delivered when the partition formed
     # Each flow's times count from when its age was its label's (`leads`: how far into its age
-    # step, spec.episode_age_step, it was at forming), so that a replay, whose flows are each somewhere else
-    # in theirs, times each flow from its own start: with one clock from forming (and 1 us steps),
-    # a replayed flow that had started 0.6 us before the lookup completed 0.6 us late
-    # (moe-bench-hpcc: +67 ns on average, +0.77 us for flows 0.6-1 us old).
+    # step, spec.episode_age_step, it was at forming), so that a replay, whose flows are each
+    # somewhere else in theirs, times each flow from its own start: with one clock from forming
+    # (and 1 us steps), a replayed flow that had started 0.6 us before the lookup completed 0.6 us
+    # late (moe-bench-hpcc: +67 ns on average, +0.77 us for flows 0.6-1 us old).
     leads: dict[int, int] = field(default_factory=dict)     # flow -> ns into its age step at forming
     ends: dict[int, int] = field(default_factory=dict)      # flow -> its completion, on its clock
     states: dict[int, dict[str, float]] = field(default_factory=dict)  # flow -> its QP's state then
