@@ -5,7 +5,6 @@
 #include "ns3/network-module.h"
 
 #include <algorithm>
-#include <utility>
 
 namespace wormhole
 {
@@ -91,7 +90,7 @@ FlowTable::FlowTable(uint32_t nFlows)
     : m_flows(nFlows),
       m_delivered(nFlows, 0),
       m_lastDeliveryNs(nFlows, -1),
-      m_inDeliveredSince(nFlows, 0)
+      m_deliveredSince(nFlows)
 {
 }
 
@@ -162,11 +161,7 @@ FlowTable::ReadLastDelivery(int64_t* out) const
 std::vector<uint32_t>
 FlowTable::TakeDeliveredSince()
 {
-    for (uint32_t flow : m_deliveredSince)
-    {
-        m_inDeliveredSince[flow] = 0;
-    }
-    return std::exchange(m_deliveredSince, {});
+    return m_deliveredSince.Take();
 }
 
 void
@@ -180,11 +175,7 @@ FlowTable::OnDelivered(uint32_t flow, uint64_t bytes)
 {
     m_delivered[flow] += bytes;
     m_lastDeliveryNs[flow] = Simulator::Now().GetNanoSeconds();
-    if (!m_inDeliveredSince[flow])
-    {
-        m_inDeliveredSince[flow] = 1;
-        m_deliveredSince.push_back(flow);
-    }
+    m_deliveredSince.Add(flow);
 }
 
 void

@@ -19,6 +19,7 @@
 
 #include <deque>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace ns3
@@ -28,6 +29,63 @@ class TcpTxBuffer;
 
 namespace wormhole
 {
+
+/// Flow indices in the order they were added, each at most once (until taken or dropped).
+class FlowSet
+{
+  public:
+    explicit FlowSet(uint32_t nFlows)
+        : m_in(nFlows, 0)
+    {
+    }
+
+    void Add(uint32_t flow)
+    {
+        if (!m_in[flow])
+        {
+            m_in[flow] = 1;
+            m_flows.push_back(flow);
+        }
+    }
+
+    const std::vector<uint32_t>& Flows() const
+    {
+        return m_flows;
+    }
+
+    /// The flows, in order; the set is empty after.
+    std::vector<uint32_t> Take()
+    {
+        for (uint32_t flow : m_flows)
+        {
+            m_in[flow] = 0;
+        }
+        return std::exchange(m_flows, {});
+    }
+
+    /// Keeps the flows for which keep(flow) holds, in order.
+    template <class Keep>
+    void Retain(Keep keep)
+    {
+        size_t kept = 0;
+        for (uint32_t flow : m_flows)
+        {
+            if (keep(flow))
+            {
+                m_flows[kept++] = flow;
+            }
+            else
+            {
+                m_in[flow] = 0;
+            }
+        }
+        m_flows.resize(kept);
+    }
+
+  private:
+    std::vector<uint32_t> m_flows;
+    std::vector<char> m_in;
+};
 
 /// Per-flow state shared by senders, sinks, the probe and the control plane.
 class FlowTable
@@ -71,8 +129,7 @@ class FlowTable
     // flows spent a fifth of its time gathering them from the structs).
     std::vector<uint64_t> m_delivered;
     std::vector<int64_t> m_lastDeliveryNs;
-    std::vector<uint32_t> m_deliveredSince; //!< TakeDeliveredSince
-    std::vector<char> m_inDeliveredSince;
+    FlowSet m_deliveredSince; //!< TakeDeliveredSince
     std::vector<uint32_t> m_completed;
     size_t m_completedRead = 0;
 };

@@ -18,9 +18,9 @@ RateProbe::RateProbe(FlowTable* table, PortNetwork* network, uint32_t capacity)
       m_flowBytes(size_t(m_capacity) * m_nFlows),
       m_flowTimes(size_t(m_capacity) * m_nFlows),
       m_portBytes(size_t(m_capacity) * m_nPorts),
+      m_recent(m_nFlows),
       m_lastChange(m_nFlows, 0),
-      m_isRecent(m_nFlows, 0),
-      m_isUnread(m_nFlows, 0)
+      m_unread(m_nFlows)
 {
 }
 
@@ -60,43 +60,20 @@ RateProbe::Sample()
     for (uint32_t flow : m_table->TakeDeliveredSince())
     {
         m_lastChange[flow] = m_nSamples;
-        if (!m_isRecent[flow])
-        {
-            m_isRecent[flow] = 1;
-            m_recent.push_back(flow);
-        }
+        m_recent.Add(flow);
     }
     // A flow is written at each of the m_capacity samples after its latest delivery, then it
     // leaves m_recent: every slot holds its count.
-    size_t kept = 0;
-    for (uint32_t flow : m_recent)
+    for (uint32_t flow : m_recent.Flows())
     {
         m_flowBytes[slot * m_nFlows + flow] = m_table->GetDelivered(flow);
         m_flowTimes[slot * m_nFlows + flow] = m_table->GetLastDelivery(flow);
-        MarkUnread(flow);
-        if (m_nSamples + 1 < m_lastChange[flow] + m_capacity)
-        {
-            m_recent[kept++] = flow;
-        }
-        else
-        {
-            m_isRecent[flow] = 0;
-        }
+        m_unread.Add(flow);
     }
-    m_recent.resize(kept);
+    m_recent.Retain([this](uint32_t flow) { return m_nSamples + 1 < m_lastChange[flow] + m_capacity; });
     m_network->ReadQueueBytes(&m_portBytes[slot * m_nPorts]);
     m_nSamples++;
     m_next = Simulator::Schedule(NanoSeconds(m_tauNs), &RateProbe::Sample, this);
-}
-
-void
-RateProbe::MarkUnread(uint32_t flow)
-{
-    if (!m_isUnread[flow])
-    {
-        m_isUnread[flow] = 1;
-        m_unread.push_back(flow);
-    }
 }
 
 uint32_t
@@ -118,7 +95,7 @@ RateProbe::Read(int64_t* times,
         }
         else
         {
-            for (uint32_t flow : m_unread)
+            for (uint32_t flow : m_unread.Flows())
             {
                 flowBytes[k * m_nFlows + flow] = m_flowBytes[slot * m_nFlows + flow];
                 flowTimes[k * m_nFlows + flow] = m_flowTimes[slot * m_nFlows + flow];
@@ -126,11 +103,7 @@ RateProbe::Read(int64_t* times,
         }
         std::copy_n(&m_portBytes[slot * m_nPorts], m_nPorts, &portBytes[k * m_nPorts]);
     }
-    for (uint32_t flow : m_unread)
-    {
-        m_isUnread[flow] = 0;
-    }
-    m_unread.clear();
+    m_unread.Take();
     m_readRows = n;
     return n;
 }

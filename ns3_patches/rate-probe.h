@@ -38,7 +38,6 @@ class RateProbe
 
   private:
     void Sample();
-    void MarkUnread(uint32_t flow);
 
     FlowTable* m_table;
     PortNetwork* m_network;
@@ -47,11 +46,9 @@ class RateProbe
     uint32_t m_nPorts;
     int64_t m_tauNs = 0;
     uint64_t m_nSamples = 0;
-    std::vector<uint32_t> m_recent;        //!< flows delivering within the last m_capacity samples
+    FlowSet m_recent;                      //!< flows delivering within the last m_capacity samples
     std::vector<uint64_t> m_lastChange;    //!< per flow: the sample after its latest delivery
-    std::vector<char> m_isRecent;
-    std::vector<uint32_t> m_unread;        //!< flows written at a sample since the last Read
-    std::vector<char> m_isUnread;
+    FlowSet m_unread;                      //!< flows written at a sample since the last Read
     uint64_t m_readRows = 0;               //!< rows the last Read returned (all flows in them)
     std::vector<int64_t> m_times;
     std::vector<uint64_t> m_flowBytes;

@@ -15,13 +15,18 @@ def _wh():
     return load().wh
 
 
+def _edges(ports: list) -> tuple[np.ndarray, np.ndarray]:
+    """(flow, port) edges of flows 0..n-1 through ports[i] each."""
+    pairs = [(i, p) for i, through in enumerate(ports) for p in through]
+    return tuple(np.array([x[k] for x in pairs], dtype=np.int64) for k in (0, 1))
+
+
 def max_min_rates(paths: dict[int, frozenset[int]], capacity: dict[int, float],
                   caps: dict[int, float]) -> dict[int, float]:
     """The shares with no ACKs, on flows and ports named by numbers (ports below 16): a port of
     capacity c takes 1/c ns per byte-sized frame."""
     flows = sorted(paths)
-    pairs = [(i, p) for i, f in enumerate(flows) for p in sorted(paths[f])]
-    edges = tuple(np.array([x[k] for x in pairs], dtype=np.int64) for k in (0, 1))
+    edges = _edges([sorted(paths[f]) for f in flows])
     frame_ns = np.array([1 / capacity[p] if p in capacity else 1.0 for p in range(16)])
     none = (np.zeros(0, dtype=np.int64),) * 2
     model = AckedShares(_wh(), edges, none, np.array([caps[f] for f in flows]), frame_ns, np.ones(16), 1, 1)
@@ -76,10 +81,7 @@ def _acked(paths: dict[int, tuple[list[int], list[int]]], n_ports: int) -> Acked
     """AckedShares over flows 0..n-1 with (data ports, ACK ports) each, on ports of 10-ns frames of
     1000 bytes and 1-ns ACK frames, an ACK per 1000 bytes, each flow capped at 90 bytes per ns."""
     flows = sorted(paths)
-    edges = []
-    for side in (0, 1):
-        pairs = [(i, p) for i, f in enumerate(flows) for p in paths[f][side]]
-        edges.append(tuple(np.array([x[k] for x in pairs], dtype=np.int64) for k in (0, 1)))
+    edges = [_edges([paths[f][side] for f in flows]) for side in (0, 1)]
     return AckedShares(_wh(), edges[0], edges[1], np.full(len(flows), 90.0), np.full(n_ports, 10.0),
                        np.full(n_ports, 1.0), 1000, 1000)
 
