@@ -205,7 +205,7 @@ def port_properties(topology: Topology, mtu: int) -> Ports:
     return ports
 
 
-_NOT_IN_FINGERPRINT = {"flow_ends", "episodes", "episode_bytes"}
+_NOT_IN_FINGERPRINT = {"flow_ends", "episodes", "episode_bytes", "episode_join"}
 _EPISODE_STEPS = ("episode_bytes_step", "episode_age_step")
 
 

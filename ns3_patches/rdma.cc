@@ -2169,19 +2169,29 @@ RdmaFlowManager::GetConnectionPath(uint32_t conn, uint32_t* out, uint32_t cap) c
 }
 
 void
-RdmaFlowManager::StartFlow(uint32_t flow, uint32_t conn, uint64_t bytes)
+RdmaFlowManager::StartFlow(uint32_t flow, uint32_t conn, uint64_t bytes, bool kick)
 {
-    RdmaFabric* fabric = m_network->GetFabric();
     RdmaQp* qp = GetSender(conn);
     m_table.OnStart(flow);
     bool idle = qp->sndNxt >= qp->size; // else its own ACKs and timers keep it sending
     qp->size += bytes;
     qp->flows.emplace_back(flow, qp->size);
-    if (idle)
+    if (idle && kick)
+    {
+        Resume(conn);
+    }
+}
+
+void
+RdmaFlowManager::Resume(uint32_t conn)
+{
+    RdmaQp* qp = GetSender(conn);
+    if (qp->sndNxt < qp->size)
     {
         // Kick in an event in the sender's context (the control plane runs between events). Not
         // for a flow queued behind unsent bytes: that event would land in a frozen partition.
-        Simulator::ScheduleWithContext(qp->src, Seconds(0), &RdmaFabric::Kick, fabric, qp->port);
+        Simulator::ScheduleWithContext(qp->src, Seconds(0), &RdmaFabric::Kick, m_network->GetFabric(),
+                                       qp->port);
     }
 }
 

@@ -263,8 +263,12 @@ class RdmaFlowManager
 
     uint32_t OpenConnection(uint32_t src, uint32_t dst);
     uint32_t GetConnectionPath(uint32_t conn, uint32_t* out, uint32_t cap) const;
-    /// Start `flow` of `bytes` on QP `conn` now (sent behind the QP's earlier flows).
-    void StartFlow(uint32_t flow, uint32_t conn, uint64_t bytes);
+    /// Start `flow` of `bytes` on QP `conn` now (sent behind the QP's earlier flows). With
+    /// `kick` false an idle QP is not kicked into sending: the flow starts inside a frozen
+    /// partition (an expected join of a replayed episode), and Resume kicks it at the thaw.
+    void StartFlow(uint32_t flow, uint32_t conn, uint64_t bytes, bool kick = true);
+    /// Kick QP `conn` into sending if it has unsent bytes (after a StartFlow without kick).
+    void Resume(uint32_t conn);
     /// Remove up to `bytes` never-sent bytes of `flow`; returns bytes removed.
     uint64_t SkipFlow(uint32_t flow, uint32_t conn, uint64_t bytes);
     FlowTable& GetTable();

@@ -60,6 +60,8 @@ class Executor:
         self.net = net
         self.table = net.flows.GetTable()
         self.ff = fast_forward
+        if fast_forward is not None:
+            fast_forward.known_starts = self.known_starts
         self.stop_time_ns = stop_time_ns if stop_time_ns is not None else NEVER
         self.progress = progress
         self.progress_every_s = progress_every_s
@@ -133,13 +135,42 @@ class Executor:
         heads = len(queue) == 1       # else it waits behind earlier flows of its connection
         if heads:
             self.head_ns[task_id] = now
-        self.net.flows.StartFlow(self.flow_index[task_id], conn, task.size)
+        # A flow an episode replay expected starts inside its frozen partition, its QP held.
+        held = heads and self.ff is not None and self.ff.absorbs(self.flow_index[task_id], conn, now)
+        if held:
+            self.net.flows.StartFlow(self.flow_index[task_id], conn, task.size, False)
+        else:
+            self.net.flows.StartFlow(self.flow_index[task_id], conn, task.size)
         if self.ff is not None:
             if heads:
                 self.ff.flow_started(self.flow_index[task_id], conn, (task.src, task.dst), now)
             else:
                 self.ff.flow_queued(conn)
         self.flows_running += 1
+
+    def known_starts(self, until_ns: int) -> list[tuple[int, int, int, tuple[int, int], int]]:
+        """Flows that will start by `until_ns` as the first unfinished flow of their persistent
+        connection, whatever the network does until then: released already, or by a compute task
+        finishing then that is the last thing they wait for. (start ns, flow index, connection,
+        (src, dst), size), in start order; none under jitter or a nudge (drawn at release)."""
+        if self.jitter is not None or self.nudge_ns:
+            return []
+        tasks = self.workload.tasks
+        starts = [(at, t) for at, t in self.ready if at <= until_ns]
+        for finish, compute in self.computing:
+            if finish <= until_ns:
+                starts += [(max(tasks[d].release_ns, finish), d) for d in self.dependents[compute]
+                           if self.waiting[d] == 1 and d in self.flow_index]
+        known, seen = [], set()
+        for at, task_id in sorted(s for s in starts if s[0] <= until_ns):
+            task = tasks[task_id]
+            conn = self.connections.get((task.src, task.dst)) if task.reuse_connection else None
+            if conn is None or conn in seen or self.unfinished_on.get(conn):
+                seen.add(conn)
+                continue          # it would queue behind another flow of its connection
+            seen.add(conn)
+            known.append((at, self.flow_index[task_id], conn, (task.src, task.dst), task.size))
+        return known
 
     def _finish(self, task_id: int, at_ns: int) -> None:
         self.end_ns[task_id] = at_ns

@@ -148,6 +148,10 @@ class Frozen:
     wire: dict[int, float] = field(default_factory=dict)
     offset_ns: int = 0            # episode: how far into the recorded episode this freeze began
     leads: dict[int, int] = field(default_factory=dict)     # episode: flow -> its clock's lead (Episode.leads)
+    # Episode: flows known to start on its ports (-> when), taken in still frozen as they start;
+    # their QPs start held (-> when), never kicked into sending until the thaw.
+    expected: dict[int, int] = field(default_factory=dict)
+    held: dict[int, int] = field(default_factory=dict)      # connection -> when its flow started
 
     @property
     def episode(self) -> bool:
@@ -291,6 +295,10 @@ class Episode:
     leads: dict[int, int] = field(default_factory=dict)     # flow -> ns into its age step at forming
     ends: dict[int, int] = field(default_factory=dict)      # flow -> its completion, on its clock
     states: dict[int, dict[str, float]] = field(default_factory=dict)  # flow -> its QP's state then
+    # Flows known to start on its ports (-> when; spec.episode_join): they are in `left` from the
+    # forming, at a negative lead (their clocks start at their own starts), and join as they start.
+    expected: dict[int, int] = field(default_factory=dict)
+    joins: bool = False           # formed with flows expected
 
 
 @dataclass
@@ -319,6 +327,7 @@ class FastForwardStats:
     ends_computed: int = 0        # flows completed inside a frozen partition
     handovers: int = 0            # ... whose connection's next flow took over, still frozen
     episodes_interrupted: int = 0  # episode hits thawed before their last flow completed (skip-backs)
+    episode_joins: int = 0        # flows an episode hit expected that started inside it, still frozen
     checks: int = 0
     control_s: float = 0.0        # wall time in this controller (detection, freeze, thaw)
     intervals: list[ModeInterval] = field(default_factory=list)
@@ -395,6 +404,10 @@ class FastForward:
         self.episodes = self.memo is not None and self.computed_ends and spec.episodes
         self.episode_of: dict[int, Episode] = {}         # flow -> the episode watched that holds it
         self.pending_ends: dict[int, int] = {}           # flow -> its recorded end, after an episode thawed
+        # Flows an episode (watched, or frozen on a hit) expects to start on its ports -> that
+        # episode or frozen partition; known_starts(until_ns) is the executor's (Executor.known_starts).
+        self.expected_in: dict[int, Episode | Frozen] = {}
+        self.known_starts: Callable[[int], list[tuple[int, int, int, tuple[int, int], int]]] = lambda until_ns: []
 
     # -- flow life cycle (called by the executor) -------------------------------------------
 
@@ -405,35 +418,22 @@ class FastForward:
         if not self.probing:
             self.probe.Start(self.spec.tau)
             self.probing = True
-        path = self.paths.get(conn)
-        if path is None:
-            n = int(self.net.flows.GetConnectionPath(conn, self._path_buf, len(self._path_buf)))
-            ordered = self._path_buf[:n].tolist()
-            # A packet's arrival is an event tagged with the receiving side's port (the reverse
-            # port of its link), so a partition holds both ports of every link its flows cross:
-            # data and ACKs of a connection may take different spines.
-            path = self.paths[conn] = frozenset(ordered) | frozenset(p ^ 1 for p in ordered)
-            data = ordered[:len(ordered) // 2]            # the data path, then the ACK path (same hops)
-            self.ports_of[conn] = FlowPorts(frozenset(data), frozenset(ordered[len(data):]))
-            self.port_arrays[conn] = (np.array(sorted(data), dtype=np.int64),
-                                      np.array(sorted(ordered[len(data):]), dtype=np.int64))
-            for p in data:
-                self.data_conns.setdefault(p, []).append(conn)
-            # Per hop, a frame's serialization and propagation: a data frame's, an ACK's.
-            ack_ns = self.net.ack_frame_bytes
-            self.hops[conn] = ([(p, self.ports.delays[p]) for p in data],
-                               [(p, self.ports.propagation[p] + ack_ns / self.ports.rates[p])
-                                for p in ordered[len(data):]])
-            # Delivered bytes count at the receiver (TCP), or at the sender when their ACK arrives
-            # (RDMA: the QP's acknowledged bytes), one ACK path later.
-            self.lag_ns[conn] = (self._to_sender(conn, data[0]) if self.net.rdma
-                                 else sum(self.ports.delays[p] for p in data))
-            self.line_rate[conn] = self.ports.rates[ordered[0]]
-            if self.memo is not None:
-                self.path_labels[conn] = ",".join(self.ports.labels[p] for p in ordered)
+        path = self._connection_path(conn)
         self.conn_of[flow] = conn
         touched = self.parts.touching(path)
-        self._abandon_episodes(touched)
+        holder = self.expected_in.pop(flow, None)
+        if holder is not None:
+            if isinstance(holder, Frozen):
+                if holder.expected.pop(flow) == now and touched <= {self.parts.of_flow[next(iter(holder.rates))]}:
+                    self._join_frozen(holder, flow, conn, path, hosts, now)   # as absorbs() said
+                    self.stats.control_s += time.perf_counter() - t0
+                    return
+            elif holder.expected.pop(flow) == now and all(
+                    self.episode_of.get(f) is holder for pid in touched for f in self.parts.by_id[pid].flows):
+                self.episode_of[flow] = holder    # as expected: the watched episode goes on
+            else:
+                self._abandon(holder)
+        self._abandon_episodes(touched, keep=self.episode_of.get(flow))
         if len(touched) == 1:
             pid = next(iter(touched))
             frozen = self.state[pid].frozen
@@ -456,6 +456,47 @@ class FastForward:
         self.state[part.id] = PartitionState(since_ns=now)
         self.formed.add(part.id)
         self.stats.control_s += time.perf_counter() - t0
+
+    def _connection_path(self, conn: int) -> frozenset[int]:
+        """The ports of `conn`'s partition tags (set up with what else the engine keeps per
+        connection the first time it is asked)."""
+        path = self.paths.get(conn)
+        if path is not None:
+            return path
+        n = int(self.net.flows.GetConnectionPath(conn, self._path_buf, len(self._path_buf)))
+        ordered = self._path_buf[:n].tolist()
+        # A packet's arrival is an event tagged with the receiving side's port (the reverse
+        # port of its link), so a partition holds both ports of every link its flows cross:
+        # data and ACKs of a connection may take different spines.
+        path = self.paths[conn] = frozenset(ordered) | frozenset(p ^ 1 for p in ordered)
+        data = ordered[:len(ordered) // 2]            # the data path, then the ACK path (same hops)
+        self.ports_of[conn] = FlowPorts(frozenset(data), frozenset(ordered[len(data):]))
+        self.port_arrays[conn] = (np.array(sorted(data), dtype=np.int64),
+                                  np.array(sorted(ordered[len(data):]), dtype=np.int64))
+        for p in data:
+            self.data_conns.setdefault(p, []).append(conn)
+        # Per hop, a frame's serialization and propagation: a data frame's, an ACK's.
+        ack_ns = self.net.ack_frame_bytes
+        self.hops[conn] = ([(p, self.ports.delays[p]) for p in data],
+                           [(p, self.ports.propagation[p] + ack_ns / self.ports.rates[p])
+                            for p in ordered[len(data):]])
+        # Delivered bytes count at the receiver (TCP), or at the sender when their ACK arrives
+        # (RDMA: the QP's acknowledged bytes), one ACK path later.
+        self.lag_ns[conn] = (self._to_sender(conn, data[0]) if self.net.rdma
+                             else sum(self.ports.delays[p] for p in data))
+        self.line_rate[conn] = self.ports.rates[ordered[0]]
+        if self.memo is not None:
+            self.path_labels[conn] = ",".join(self.ports.labels[p] for p in ordered)
+        return path
+
+    def absorbs(self, flow: int, conn: int, now: int) -> bool:
+        """Whether `flow`, starting now on `conn`, starts inside the frozen episode that expects it
+        (its QP held): it touches no other partition. Asked by the executor before it starts it."""
+        frozen = self.expected_in.get(flow)
+        if not isinstance(frozen, Frozen) or frozen.expected[flow] != now:
+            return False
+        pid = self.parts.of_flow[next(iter(frozen.rates))]
+        return self.parts.touching(self._connection_path(conn)) <= {pid}
 
     def flow_queued(self, conn: int) -> None:
         """A flow was released onto `conn` behind unfinished ones: it starts when they end."""
@@ -678,7 +719,9 @@ class FastForward:
         self.sim.Thaw(frozen.group, shift)
         if self.net.rdma:
             for conn in sorted({self.conn_of[flow] for flow in frozen.rates}):
-                self._sender(conn).ShiftTimes(shift)
+                self._sender(conn).ShiftTimes(now - frozen.held.get(conn, frozen.since_ns))
+        for flow in frozen.expected:
+            del self.expected_in[flow]
         # A connection skips the bytes its flows delivered in the model, in stream order: a flow
         # completed meanwhile gives up all its unsent bytes, and the bytes it still had in flight
         # come out of its successor's (they arrive after the thaw, where the successor's would). A
@@ -705,6 +748,8 @@ class FastForward:
                     # The model has all its bytes delivered or on the wire: every byte is skipped,
                     # and none is left to complete it in ns-3. It completes at its computed end.
                     self.pending_ends[flow] = frozen.ends[flow]
+        for conn in sorted(frozen.held):
+            self.net.flows.Resume(conn)            # what it has left to send, it sends now
         for flow in frozen.rates:
             conn = self.conn_of[flow]
             self.thawed[flow] = (frozen.rate_at(flow, now), now)
@@ -780,7 +825,7 @@ class FastForward:
                 hosts = self.parts.flow_hosts[flow]
                 self._shed_completed(pid, now)
                 self.flow_started(successor, conn, hosts, now)
-            elif len(frozen.done) == len(frozen.rates):
+            elif len(frozen.done) == len(frozen.rates) and not frozen.expected:
                 self._thaw(pid, now, planned=True)
         elif successor is not None:
             self._take_over(frozen, flow, successor, now)
@@ -1001,6 +1046,21 @@ class FastForward:
         frozen.order[conn].append(successor)
         self.stats.handovers += 1
 
+    def _join_frozen(self, frozen: Frozen, flow: int, conn: int, path: frozenset[int], hosts: tuple[int, int],
+                     now: int) -> None:
+        """`flow`, which the frozen episode expected, starts inside it (its QP held): it completes
+        at its recorded time from its own start."""
+        self.head_since[flow] = now
+        self.parts.add_flow(flow, path, hosts)
+        ends = frozen.memo.ends[flow]
+        frozen.leads[flow] = frozen.since_ns - now - frozen.offset_ns   # its clock starts now
+        frozen.rates[flow] = self.flow_sizes[flow] / max(1, ends)
+        frozen.left[flow] = self.flow_sizes[flow]
+        frozen.ends[flow] = now + ends
+        frozen.order[conn] = [flow]
+        frozen.held[conn] = now
+        self.stats.episode_joins += 1
+
     def _drop_completed(self, pid: int, flows: list[int], now: int) -> None:
         """A thaw: the flows completed while frozen leave the partition (their last packets, still
         in flight, arrive as ns-3 runs on). What remains starts its history anew."""
@@ -1068,9 +1128,11 @@ class FastForward:
 
     def _replay_or_watch_episode(self, part: Partition, flows: list[int], now: int) -> bool:
         """A partition of short flows formed: freeze it on an episode record (True), or watch it to
-        record one. Not one whose flows are inside a watched episode: that one would be lost."""
-        if any(f in self.episode_of for f in flows):
-            return False
+        record one. Not one whose flows are inside a watched episode: that one would be lost (and
+        if flows were expected to join that one, nothing else is looked up: True)."""
+        watched = [self.episode_of[f] for f in flows if f in self.episode_of]
+        if watched:
+            return any(episode.joins for episode in watched)
         left = {f: self._left(f) for f in flows}
         # (Longer flows, which can be frozen steady, made worse episodes: on gpt-bench-dcqcn its
         # 384 KB pipeline sends, often thawed early by rings starting beside them, doubled p99.)
@@ -1083,22 +1145,63 @@ class FastForward:
             # to skip but the wait for the ACKs, which the queues ahead decide and no label holds
             # (gpt-tiny's pipeline sends: such a replay ended 2.4 us early, 22 % of its FCT).
             return False
-        graph = ConflictGraph(flows, {f: self.ports_of[self.conn_of[f]] for f in flows},
-                               {f: self._episode_label(f, left[f], now) for f in flows})
+        joins = self._expected_joins(part, now, short) if self.spec.episode_join else {}
+        ports = {f: self.ports_of[self.conn_of[f]] for f in flows}
+        # With flows expected, one starting now on an idle QP is labelled as they are: which host
+        # of an all-to-all started first does not tell its records apart.
+        labels = {f: self._join_label(f, self.conn_of[f], 0)
+                  if joins and self.head_since[f] == now and f not in self.took_over
+                  else self._episode_label(f, left[f], now) for f in flows}
+        for f, (at, conn) in joins.items():
+            ports[f] = self.ports_of[conn]
+            labels[f] = self._join_label(f, conn, at - now)
+        graph = ConflictGraph([*flows, *joins], ports, labels)
         hit = next(iter(self.memo.lookup(graph)), None)
         leads = {f: (now - self.head_since[f]) % self.spec.episode_age_step for f in flows}
+        expected = {f: at for f, (at, _) in joins.items()}
         if hit is None:
-            episode = Episode(graph, now, left, {f: int(self.table.GetDelivered(f)) for f in flows}, leads)
+            episode = Episode(graph, now, {**left, **{f: self.flow_sizes[f] for f in joins}},
+                              {**{f: int(self.table.GetDelivered(f)) for f in flows}, **{f: 0 for f in joins}},
+                              {**leads, **{f: now - at for f, at in expected.items()}}, expected=expected,
+                              joins=bool(joins))
             for f in flows:
                 self.episode_of[f] = episode
+            for f in joins:
+                self.expected_in[f] = episode
             return False
         step = self.spec.episode_bytes_step
         leads = {f: _clock_on_record(hit, f, self.flow_sizes[f], left[f], leads[f], step) for f in flows}
         self.memo.stats.applied_episode += 1
         rates = {f: left[f] / max(1, hit.ends[f]) for f in flows}
-        self._freeze(part, self.state[part.id], Frozen(group=-1, since_ns=now, until_ns=NEVER, rates=rates,
-                                                       memo=hit, leads=leads), now)
+        frozen = Frozen(group=-1, since_ns=now, until_ns=NEVER, rates=rates, memo=hit, leads=leads, expected=expected)
+        self._freeze(part, self.state[part.id], frozen, now)
+        for f in joins:
+            self.expected_in[f] = frozen
         return True
+
+    def _expected_joins(self, part: Partition, now: int, short: int) -> dict[int, tuple[int, int]]:
+        """The flows known to start on the partition's ports within spec.episode_join (flow ->
+        (start, connection)), if each is short, touches no other partition, and no other flow known
+        to start meets it on the ports it adds; else none."""
+        joins, others = {}, []
+        for at, flow, conn, _, size in self.known_starts(now + self.spec.episode_join):
+            path = self._connection_path(conn)
+            if not path & part.ports:
+                others.append(path)
+            elif size >= short or flow in self.expected_in or self.parts.touching(path) - {part.id}:
+                return {}
+            else:
+                joins[flow] = (at, conn)
+        added = set().union(*(self.paths[conn] for _, conn in joins.values())) - part.ports
+        return {} if any(path & added for path in others) else joins
+
+    def _join_label(self, flow: int, conn: int, in_ns: int) -> str:
+        """An episode vertex of a flow starting `in_ns` from now (in episode_age_step steps), of
+        its size, on its idle QP's rates (_episode_label)."""
+        self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
+        line_bps = self.line_rate[conn] * 8e9
+        rate, target = (rate_bin(float(x), line_bps, self.spec.memo_bins) for x in self._cc_buf[:2])
+        return f"J{in_ns // self.spec.episode_age_step}/N{self.flow_sizes[flow]}/{rate}/{target}|{self.path_labels[conn]}"
 
     def _episode_label(self, flow: int, left: int, now: int) -> str:
         """An episode vertex: the flow's bytes left in episode_bytes_step steps (its size while it
@@ -1141,23 +1244,28 @@ class FastForward:
         progress = {}
         for flow, end in episode.ends.items():
             times = since + episode.leads[flow]
-            inside = (since > 0) & (times < end)
+            inside = (since > 0) & (times > 0) & (times < end)
             progress[flow] = (times[inside].tolist(),
                               (self.delivered[:n, flow][inside].astype(np.int64) - episode.delivered[flow]).tolist())
         return progress
 
-    def _abandon_episodes(self, pids) -> None:
-        """Something touched these partitions: the episodes watched in them are not kept."""
+    def _abandon_episodes(self, pids, keep: Episode | None = None) -> None:
+        """Something touched these partitions: the episodes watched in them are not kept (but
+        `keep`, which the flow touching them joins as expected)."""
         if self.episode_of:
             for pid in pids:
                 for flow in self.parts.by_id[pid].flows:
-                    if flow in self.episode_of:
-                        self._abandon(self.episode_of[flow])
+                    episode = self.episode_of.get(flow)
+                    if episode is not None and episode is not keep:
+                        self._abandon(episode)
 
     def _abandon(self, episode: Episode) -> None:
         for flow in episode.left:
             if self.episode_of.get(flow) is episode:
                 del self.episode_of[flow]
+        for flow in episode.expected:
+            del self.expected_in[flow]
+        episode.expected.clear()
 
     def _steady_ns(self, t: Transient, unsent: dict[int, int]) -> int:
         """How long flows with `unsent` bytes left stay steady after the memoized transient `t`

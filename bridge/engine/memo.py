@@ -356,7 +356,7 @@ def _inconsistency(record: MemoRecord) -> str | None:
         if record.episode and (f.end_ns < 0 or any(not 0 < t < (f.end_ns or record.transient_ns)
                                                    for t in f.progress_ns)):
             return f"flow {f.vertex}'s progress is not within its episode"
-        if record.episode and not 0 <= f.lead_ns <= f.end_ns:
+        if record.episode and not f.lead_ns <= f.end_ns:   # (< 0: it started after the forming)
             return f"flow {f.vertex}'s clock at the start is not within its episode"
     return None
 

@@ -274,6 +274,11 @@ class AccelSpec(_Spec):
     # ones tell flows apart better (moe-bench-hpcc's p99 went 3.9 % -> 5.9 % with 64 KiB / 100 us).
     episode_bytes_step: SizeBytes = 4096
     episode_age_step: DurationNs = 10_000
+    # An episode also holds the flows known to start on its ports within `episode_join` ns of its
+    # forming (released by compute finishing then), labelled by their start in age steps: it is
+    # looked up when the first host of an all-to-all starts, not when the last one has joined, and
+    # a replay takes the others in still frozen. 0: off.
+    episode_join: DelayNs = 0
 
 
 class AicbSpec(_Spec):
