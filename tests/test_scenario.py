@@ -190,7 +190,7 @@ def test_unknown_flow_key_fails():
 
 
 @pytest.mark.parametrize("field, value", [("episode_bytes_step", 0), ("episode_age_step", "0us"),
-                                          ("episode_bytes", "-1KB")])
+                                          ("episode_bytes", "-1KB"), ("episode_join", "-5us")])
 def test_bad_episode_setting_fails(field, value):
     e = _mutated(lambda d: d.update(accel={field: value}))
     assert e.field == f"accel.{field}", e
