@@ -421,18 +421,20 @@ class FastForward:
         path = self._connection_path(conn)
         self.conn_of[flow] = conn
         touched = self.parts.touching(path)
-        holder = self.expected_in.pop(flow, None)
-        if holder is not None:
-            if isinstance(holder, Frozen):
-                if holder.expected.pop(flow) == now and touched <= {self.parts.of_flow[next(iter(holder.rates))]}:
-                    self._join_frozen(holder, flow, conn, path, hosts, now)   # as absorbs() said
-                    self.stats.control_s += time.perf_counter() - t0
-                    return
-            elif holder.expected.pop(flow) == now and all(
-                    self.episode_of.get(f) is holder for pid in touched for f in self.parts.by_id[pid].flows):
-                self.episode_of[flow] = holder    # as expected: the watched episode goes on
-            else:
-                self._abandon(holder)
+        if flow in self.expected_in:
+            held = self.absorbs(flow, conn, now)          # as the executor started it
+            holder = self.expected_in.pop(flow)
+            expected_ns = holder.expected.pop(flow)
+            if held:
+                self._join_frozen(holder, flow, conn, path, hosts, now)
+                self.stats.control_s += time.perf_counter() - t0
+                return
+            if isinstance(holder, Episode):
+                if expected_ns == now and all(self.episode_of.get(f) is holder
+                                              for pid in touched for f in self.parts.by_id[pid].flows):
+                    self.episode_of[flow] = holder        # as expected: the watched episode goes on
+                else:
+                    self._abandon(holder)
         self._abandon_episodes(touched, keep=self.episode_of.get(flow))
         if len(touched) == 1:
             pid = next(iter(touched))
@@ -491,7 +493,7 @@ class FastForward:
 
     def absorbs(self, flow: int, conn: int, now: int) -> bool:
         """Whether `flow`, starting now on `conn`, starts inside the frozen episode that expects it
-        (its QP held): it touches no other partition. Asked by the executor before it starts it."""
+        then, its QP held: it touches no other partition. The executor asks before it starts it."""
         frozen = self.expected_in.get(flow)
         if not isinstance(frozen, Frozen) or frozen.expected[flow] != now:
             return False
