@@ -43,6 +43,14 @@ still running skips the bytes the record had it deliver by then plus those it wo
 wire, and goes on simulated with its own congestion state; one whose last bytes would already be on
 the wire completes at its recorded time.
 
+With `episode_join`, an episode also holds the flows known to start on its ports within that time
+(the executor's known_starts: released already, or by a compute task that ends then), labelled by
+when they start: an all-to-all is looked up when its first host starts, with the other hosts'
+flows in its graph, not when the last one has joined (until then, each join re-formed the
+partition and the flows were simulated). A replay takes each expected flow in as it starts, still
+frozen: its QP starts held (not kicked into sending) and its flow completes at the recorded time
+from its own start; at a thaw the QP is kicked to send what the record had not delivered yet.
+
 Known inexactness: TCP state holding absolute times sees the jump; RTT samples of segments in
 flight at the freeze come out dT long and inflate the RTO for about 0.5 ms after a thaw. Without
 loss (DCTCP with ECN) this changes no delivery; with loss right after a thaw, recovery waits longer.
@@ -1150,7 +1158,8 @@ class FastForward:
         joins = self._expected_joins(part, now, short) if self.spec.episode_join else {}
         ports = {f: self.ports_of[self.conn_of[f]] for f in flows}
         # With flows expected, one starting now on an idle QP is labelled as they are: which host
-        # of an all-to-all started first does not tell its records apart.
+        # of an all-to-all started first does not tell its records apart (labelled apart, 14 of 98
+        # all-to-alls replayed on 4 layers of moe-8x7b-hpcc, cold; alike, 90).
         labels = {f: self._join_label(f, self.conn_of[f], 0)
                   if joins and self.head_since[f] == now and f not in self.took_over
                   else self._episode_label(f, left[f], now) for f in flows}
