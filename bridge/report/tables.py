@@ -138,10 +138,14 @@ def _length(intervals: list[tuple[int, int]]) -> int:
 def _exposed(comm: list[tuple[int, int]], compute: list[tuple[int, int]]) -> int:
     """Length of the communication intervals not covered by compute intervals."""
     comm, compute = _union(comm), _union(compute)
-    covered = 0
-    for s, e in comm:
-        for cs, ce in compute:
-            covered += max(0, min(e, ce) - max(s, cs))
+    covered, i = 0, 0
+    for s, e in comm:       # both sorted and disjoint: one sweep
+        while i < len(compute) and compute[i][1] <= s:
+            i += 1
+        j = i
+        while j < len(compute) and compute[j][0] < e:
+            covered += min(e, compute[j][1]) - max(s, compute[j][0])
+            j += 1
     return _length(comm) - covered
 
 
