@@ -147,6 +147,7 @@ class FairView:
     model: AckedShares | None     # None unless every QP sends at line rate
     shares: np.ndarray | None
     at_shares: bool               # every rate within FAIR_MATCH of its share
+    without: dict[int, np.ndarray] = field(default_factory=dict)  # i -> the shares with flows[i] gone
 
 
 @dataclass
@@ -278,8 +279,14 @@ class Frozen:
         self.version += 1
 
     def complete(self, flow: int) -> None:
+        # The fair-share view its end was checked on is the one its completion is asked about
+        # (the same flows, `flow` as the extra one), if nothing else changed since.
+        view = self.fair_view
+        same = view is not None and view.version == self.version and view.extra == -1 and flow in view.index
         self.done.add(flow)
         self.version += 1
+        if same:
+            view.version, view.extra = self.version, flow
 
     def end_ns(self, flow: int) -> int:
         """When the model has delivered the `left` bytes of `flow` (after any memoized transient:
@@ -968,7 +975,9 @@ class FastForward:
         if others_late or not view.at_shares:
             return None
         rates, shares = view.rates, view.shares
-        after = view.model.shares(rates, without=i)
+        after = view.without.get(i)
+        if after is None:
+            after = view.without[i] = view.model.shares(rates, without=i)
         freed = self.ports_of[self.conn_of[flow]].data | self.ports_of[self.conn_of[flow]].acks
         changes = rates * (after / shares - 1)    # the model's ratio: its bias cancels
         changes[i] = 0.0
