@@ -97,7 +97,8 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
     if options.accel:
         memo = open_memo(scenario, options.cache) if options.memo and options.fast_forward else None
         ff = FastForward(net, [t.size for t in workload.flows], scenario.accel, options.fast_forward, memo,
-                         port_properties(topology, scenario.transport.mtu))
+                         port_properties(topology, scenario.transport.mtu),
+                         [t.collective.split("_")[0] for t in workload.flows])
     build_s = time.perf_counter() - t_build
     stop = options.stop_time_ns or scenario.stop_time or DEFAULT_STOP_TIME_NS
     run = Executor(workload, net, stop, progress, fast_forward=ff, nudge_ns=options.nudge_ns,
@@ -205,7 +206,7 @@ def port_properties(topology: Topology, mtu: int) -> Ports:
     return ports
 
 
-_NOT_IN_FINGERPRINT = {"flow_ends", "episodes", "episode_bytes", "episode_join"}
+_NOT_IN_FINGERPRINT = {"flow_ends", "episodes", "episode_bytes", "episode_join", "explain_events"}
 _EPISODE_STEPS = ("episode_bytes_step", "episode_age_step")
 
 

@@ -643,3 +643,22 @@ def test_episodes_are_turned_off_on_the_command_line(tmp_path):
                      flag]) == 0
         memo = json.loads((out / "summary.json").read_text())["accel"]["memo"]
         assert (memo["applied_episode"], memo["records_episode"] > 0) == (episodes, bool(episodes))
+
+
+def test_explained_events_add_up_and_show_what_the_memo_missed(tmp_path):
+    """--explain-events counts every event by what the engine did with its partition, and changes
+    nothing in the run: cold, events go to the transients the memo records; warm, none do."""
+    cache = tmp_path / "memo.whdb"
+    explain = {**NO_EPISODES, "explain_events": True}
+    plain = api.run(TINY_MEMO_RDMA, tmp_path / "plain", accel=True, cache=tmp_path / "other.whdb",
+                    accel_overrides=NO_EPISODES)
+    cold = api.run(TINY_MEMO_RDMA, tmp_path / "cold", accel=True, cache=cache, accel_overrides=explain)
+    warm = api.run(TINY_MEMO_RDMA, tmp_path / "warm", accel=True, cache=cache, accel_overrides=explain)
+    assert "events_by" not in plain.summary["accel"]
+    assert cold.flows.equals(plain.flows) and cold.summary["events"] == plain.summary["events"]
+    for run in (cold, warm):
+        by = run.summary["accel"]["events_by"]
+        assert sum(m["events"] for m in by.values()) == run.summary["accel"]["events_executed"]
+        assert all(sum(m["by_collectives"].values()) == m["events"] for m in by.values())
+    assert cold.summary["accel"]["events_by"]["watched_transient"]["events"] > 0
+    assert "watched_transient" not in warm.summary["accel"]["events_by"]

@@ -242,6 +242,8 @@ class Executor:
                 break
             run_until(int(next_ns))
             now = self.net.now_ns()
+            if self.ff is not None:
+                self.ff.slice_ran()
             self._collect_completed_flows(now)
             while self.computing and self.computing[0][0] <= now:
                 finish, task_id = heapq.heappop(self.computing)

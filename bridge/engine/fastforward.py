@@ -74,6 +74,7 @@ import numpy as np
 
 from ..ns3.network import Ns3Network
 from .fairshare import AckedShares
+from .ledger import EventLedger
 from .memo import ConflictGraph, FlowPorts, Memo, Transient, rate_bin
 from .partitions import Partition, Partitions
 
@@ -388,7 +389,8 @@ class FastForward:
     """Partitions, steady detection and freeze/thaw for one running network."""
 
     def __init__(self, net: Ns3Network, flow_sizes: list[int], spec, enabled: bool, memo: Memo | None,
-                 ports: Ports):
+                 ports: Ports, flow_kinds: list[str] | None = None):
+        """flow_kinds: each flow's collective (dp, pp, ep, ...), for spec.explain_events."""
         self.net = net
         self.spec = spec
         self.flow_sizes = flow_sizes
@@ -412,6 +414,8 @@ class FastForward:
         if not self.sim:
             raise RuntimeError("the partition-tag simulator is not active")
         self.sim.AttachPorts(net.builder)
+        self.ledger = (EventLedger(self.sim, net.n_ports, flow_kinds or ["flow"] * len(flow_sizes))
+                       if spec.explain_events else None)
         # Steady at the sample period, or over blocks of `coarse` samples: a fine scale catches
         # clean flows early, the coarse one flows whose packet-level rate is noisy but stationary.
         # HPCC's rates swing over ~150 us (a decaying oscillation): a steady rate taken over the fine
@@ -670,6 +674,21 @@ class FastForward:
             if due:
                 self._check(now)
         self.stats.control_s += time.perf_counter() - t0
+
+    def slice_ran(self) -> None:
+        """After each run slice, before anything changes the partitions: count its events."""
+        if self.ledger is not None:
+            self.ledger.read(self.parts, self._mode_of)
+
+    def _mode_of(self, pid: int) -> str:
+        st = self.state.get(pid)
+        if st is None:
+            return "simulated"
+        if st.frozen is not None:
+            return "skip_back"        # its events ran after something thawed it within the slice
+        if any(f in self.episode_of for f in self.parts.by_id[pid].flows):
+            return "watched_episode"
+        return "watched_transient" if st.forming is not None else "simulated"
 
     def tagging_errors(self) -> int:
         """Events the simulator could not attribute or held wrongly (must stay 0 for exact freezes)."""
@@ -1135,8 +1154,8 @@ class FastForward:
     def _apply_or_watch(self, part: Partition, now: int) -> None:
         """A partition formed: apply a memoized transient, or watch it to record one."""
         flows = sorted(part.flows)
-        if not all(self._sender(self.conn_of[f]).IsConnected() for f in flows):
-            return        # a handshake is part of the transient, and no congestion state exists yet
+        if not self.net.rdma and not all(self._sender(self.conn_of[f]).IsConnected() for f in flows):
+            return        # a handshake is part of the transient, and no congestion state exists yet (TCP)
         if self.episodes and self._replay_or_watch_episode(part, flows, now):
             return
         # A flow that ends before a freeze could pay (min_freeze at line rate) ends the partition

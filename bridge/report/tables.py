@@ -224,7 +224,8 @@ def accel_summary(ff, flows: pd.DataFrame, spec) -> dict:
             "episodes_interrupted": s.episodes_interrupted, "episode_joins": s.episode_joins,
             "partition_time_ns": {"simulate": int(simulate_ns), "frozen": int(s.frozen_ns)},
             "control_wall_s": round(s.control_s, 3), "tagging_errors": ff.tagging_errors(),
-            "memo": _memo_summary(ff.memo)}
+            "memo": _memo_summary(ff.memo),
+            **({"events_by": ff.ledger.summary()} if ff.ledger is not None else {})}
 
 
 def _memo_summary(memo) -> dict | None:

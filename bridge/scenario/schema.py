@@ -279,6 +279,9 @@ class AccelSpec(_Spec):
     # looked up when the first host of an all-to-all starts, not when the last one has joined, and
     # a replay takes the others in still frozen. 0: off.
     episode_join: DelayNs = 0
+    # Count the simulated events by what the engine did with their partition and by its flows'
+    # collectives (summary.json accel.events_by; bridge/engine/ledger.py). A diagnostic: slower.
+    explain_events: bool = False
 
 
 class AicbSpec(_Spec):
