@@ -11,7 +11,8 @@ and the rest (the executor releasing tasks and reading completions, the bindings
 --base REF also runs the code of that git commit (checked out into OUT/base), alternating with
 this checkout's, --rounds times each (this machine is noisy: ratios of runs made side by side),
 checks that both produce the same flows.csv (a control-plane change must not change the
-simulation), and prints the ratio of their medians. Writes OUT/results.json.
+simulation), and prints the ratio of their medians and the engine's seconds per second of ns-3 in
+each (the same events: a ratio this machine's drifting speed moves less). Writes OUT/results.json.
 """
 
 from __future__ import annotations
@@ -123,9 +124,12 @@ def main() -> None:
                     f"rest {this['rest_s']:.1f}, {this['events']:,} events")
             if args.base:
                 base = medians[f"base/{mode}"]
+                # Python's time per second of ns-3 (the same events on both): this machine's speed
+                # drifts by a third between runs, and moves both alike.
+                per_ns3 = {k: (m["control_s"] + m["rest_s"]) / m["ns3_s"] for k, m in (("base", base), ("this", this))}
                 line += (f"; base {base['loop_s']:.1f} s: loop x{base['loop_s'] / this['loop_s']:.2f}, "
                          f"control + rest x{(base['control_s'] + base['rest_s']) / (this['control_s'] + this['rest_s']):.2f}"
-                         ", same flows.csv")
+                         f", per ns-3 second {per_ns3['base']:.2f} -> {per_ns3['this']:.2f}, same flows.csv")
             print(line)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
 

@@ -64,7 +64,6 @@ alone on their links after the pipeline sends beside them end, run 0.18 % slow i
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections.abc import Callable
@@ -98,41 +97,6 @@ FAIR_MATCH = 0.02
 # steps replay 1,697 of its 2,048 all-to-alls cold against 0 (README).
 
 
-class Deadlines(dict):
-    """flow -> ns, which also gives its earliest time and the flows due by a time without a scan
-    per run slice (a frozen all-to-all holds about 50 computed ends and their checks, and the
-    executor stops at each end): a heap beside the dict, whose entries for flows since removed or
-    given another time are dropped as they surface."""
-
-    __slots__ = ("_heap",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._heap: list[tuple[int, int]] = []
-
-    def __setitem__(self, flow: int, at_ns: int) -> None:
-        super().__setitem__(flow, at_ns)
-        heapq.heappush(self._heap, (at_ns, flow))
-        if len(self._heap) > 4 * len(self) + 64:      # mostly stale entries: rebuild
-            self._heap = [(at, f) for f, at in self.items()]
-            heapq.heapify(self._heap)
-
-    def earliest(self) -> int:
-        heap = self._heap
-        while heap and self.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)
-        return heap[0][0] if heap else NEVER
-
-    def due(self, now: int) -> list[int]:
-        """The flows whose time is `now` or earlier, in flow order (they stay in)."""
-        heap, due = self._heap, set()
-        while self.earliest() <= now:
-            due.add(heapq.heappop(heap)[1])
-        for flow in due:
-            heapq.heappush(heap, (self[flow], flow))
-        return sorted(due)
-
-
 @dataclass
 class FairView:
     """The flows of a frozen partition still sending (and `extra`, a completed one asked about) as
@@ -148,7 +112,6 @@ class FairView:
     model: AckedShares | None     # None unless every QP sends at line rate
     shares: np.ndarray | None
     at_shares: bool               # every rate within FAIR_MATCH of its share
-    without: dict[int, np.ndarray] = field(default_factory=dict)  # i -> the shares with flows[i] gone
 
 
 @dataclass
@@ -168,8 +131,8 @@ class Frozen:
     rates: dict[int, float]       # flow index -> delivered bytes per ns
     memo: Transient | None = None  # a memoized transient precedes the steady rates
     left: dict[int, int] = field(default_factory=dict)      # computed ends only
-    ends: Deadlines = field(default_factory=Deadlines)      # flow -> computed completion, still ahead
-    checks: Deadlines = field(default_factory=Deadlines)    # flow -> when to decide how it ends
+    ends: dict[int, int] = field(default_factory=dict)      # flow -> computed completion, still ahead
+    checks: dict[int, int] = field(default_factory=dict)    # flow -> when to decide how it ends
     in_flight: dict[int, int] = field(default_factory=dict)  # connection -> bytes unacked at the freeze
     joined: dict[int, int] = field(default_factory=dict)    # flow -> when it took over its connection
     done: set[int] = field(default_factory=set)
@@ -280,14 +243,8 @@ class Frozen:
         self.version += 1
 
     def complete(self, flow: int) -> None:
-        # The fair-share view its end was checked on is the one its completion is asked about
-        # (the same flows, `flow` as the extra one), if nothing else changed since.
-        view = self.fair_view
-        same = view is not None and view.version == self.version and view.extra == -1 and flow in view.index
         self.done.add(flow)
         self.version += 1
-        if same:
-            view.version, view.extra = self.version, flow
 
     def end_ns(self, flow: int) -> int:
         """When the model has delivered the `left` bytes of `flow` (after any memoized transient:
@@ -605,7 +562,7 @@ class FastForward:
         for st in self.state.values():
             frozen = st.frozen
             if frozen is not None and frozen.ends:
-                for flow in frozen.ends.due(now):
+                for flow in [f for f, end in frozen.ends.items() if end <= now]:
                     due.append((frozen.ends.pop(flow), flow))
                     frozen.complete(flow)
                     self.unreported.add(flow)
@@ -631,7 +588,8 @@ class FastForward:
         self.stats.control_s += time.perf_counter() - t0
 
     def next_wakeup_ns(self) -> int:
-        planned = min((min(s.frozen.until_ns, s.frozen.ends.earliest(), s.frozen.checks.earliest()) if s.frozen
+        planned = min((min(s.frozen.until_ns, min(s.frozen.ends.values(), default=NEVER),
+                            min(s.frozen.checks.values(), default=NEVER)) if s.frozen
                        else s.forming.record_ns if s.forming else NEVER
                        for s in self.state.values()), default=NEVER)
         # The steady test has nothing to look at while every partition is frozen: no wake-up for it
@@ -646,7 +604,7 @@ class FastForward:
         t0 = time.perf_counter()
         self._thaw_interrupted(now)
         for pid, st in list(self.state.items()):
-            if st.frozen and st.frozen.checks.earliest() <= now:
+            if st.frozen and st.frozen.checks:
                 self._check_ends(pid, st.frozen, now)
         for pid, st in list(self.state.items()):
             if st.frozen and st.frozen.until_ns <= now:
@@ -869,7 +827,7 @@ class FastForward:
         their ports, the end is computed. Else the partition thaws now and their ends are simulated,
         as with flow_ends "simulated": their bytes in flight at a thaw would hold up the others,
         bytes that in ns-3 would have left before the computed end."""
-        for flow in frozen.checks.due(now):
+        for flow in sorted(f for f, check in frozen.checks.items() if check <= now):
             del frozen.checks[flow]
             conn = self.conn_of[flow]
             if self.queued.get(conn):
@@ -994,9 +952,7 @@ class FastForward:
         if others_late or not view.at_shares:
             return None
         rates, shares = view.rates, view.shares
-        after = view.without.get(i)
-        if after is None:
-            after = view.without[i] = view.model.shares(rates, without=i)
+        after = view.model.shares(rates, without=i)
         freed = self.ports_of[self.conn_of[flow]].data | self.ports_of[self.conn_of[flow]].acks
         changes = rates * (after / shares - 1)    # the model's ratio: its bias cancels
         changes[i] = 0.0
