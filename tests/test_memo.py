@@ -12,6 +12,7 @@ import yaml
 from bridge import api
 from bridge.cli import main
 from bridge.engine.fastforward import _clock_on_record
+from bridge.engine.ledger import MODES
 from bridge.engine.memo import ConflictGraph, FlowPorts, Memo, Transient, fingerprint
 from bridge.errors import CacheFileError
 from bridge.scenario import load_scenario, with_accel_overrides
@@ -648,6 +649,7 @@ def test_episodes_are_turned_off_on_the_command_line(tmp_path):
 def test_explained_events_add_up_and_show_what_the_memo_missed(tmp_path):
     """--explain-events counts every event by what the engine did with its partition, and changes
     nothing in the run: cold, events go to the transients the memo records; warm, none do."""
+
     cache = tmp_path / "memo.whdb"
     explain = {**NO_EPISODES, "explain_events": True}
     plain = api.run(TINY_MEMO_RDMA, tmp_path / "plain", accel=True, cache=tmp_path / "other.whdb",
@@ -660,5 +662,9 @@ def test_explained_events_add_up_and_show_what_the_memo_missed(tmp_path):
         by = run.summary["accel"]["events_by"]
         assert sum(m["events"] for m in by.values()) == run.summary["accel"]["events_executed"]
         assert all(sum(m["by_collectives"].values()) == m["events"] for m in by.values())
+        assert set(by) <= set(MODES)
     assert cold.summary["accel"]["events_by"]["watched_transient"]["events"] > 0
-    assert "watched_transient" not in warm.summary["accel"]["events_by"]
+    # Warm, every partition froze on a hit as it formed: what is simulated came after its thaw.
+    warm_by = warm.summary["accel"]["events_by"]
+    assert "watched_transient" not in warm_by and "simulated_formed" not in warm_by
+    assert warm_by["simulated_after_thaw"]["events"] > 0.5 * warm.summary["accel"]["events_executed"]

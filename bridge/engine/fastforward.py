@@ -315,6 +315,9 @@ class PartitionState:
     since_ns: int                 # samples before this describe another partition (or a frozen one)
     frozen: Frozen | None = None
     forming: Forming | None = None
+    # Why it is simulated when neither frozen nor watched for a record (--explain-events): it
+    # formed and waits for the steady test, its flows were too short for a record, or it thawed.
+    simulated: str = "formed"
 
 
 @dataclass
@@ -641,12 +644,12 @@ class FastForward:
     def _mode_of(self, pid: int) -> str:
         st = self.state.get(pid)
         if st is None:
-            return "simulated"
+            return "simulated_formed"
         if st.frozen is not None:
             return "skip_back"        # its events ran after something thawed it within the slice
         if any(f in self.episode_of for f in self.parts.by_id[pid].flows):
             return "watched_episode"
-        return "watched_transient" if st.forming is not None else "simulated"
+        return "watched_transient" if st.forming is not None else f"simulated_{st.simulated}"
 
     def tagging_errors(self) -> int:
         """Events the simulator could not attribute or held wrongly (must stay 0 for exact freezes)."""
@@ -799,6 +802,7 @@ class FastForward:
                                                  else "memo", len(self.parts.by_id[pid].flows)))
         st.frozen = None
         st.since_ns = now  # the window must see the thawed partition run again
+        st.simulated = "after_thaw"
         if frozen.done:
             self._drop_completed(pid, sorted(frozen.done), now)
 
@@ -1103,7 +1107,7 @@ class FastForward:
             self.parts.remove_flow(flow)
         del self.state[pid]
         for part_id in sorted({self.parts.of_flow[f] for f in rest}):
-            self.state[part_id] = PartitionState(since_ns=now)
+            self.state[part_id] = PartitionState(since_ns=now, simulated="after_thaw")
 
     # -- memoization -------------------------------------------------------------------------
 
@@ -1119,6 +1123,7 @@ class FastForward:
         line_rate = max(self.line_rate[self.conn_of[f]] for f in flows)
         unsent = {f: self._untransmitted(f) for f in flows}
         if min(unsent.values()) < self.spec.margin + self.spec.min_freeze * line_rate:
+            self.state[part.id].simulated = "too_short"
             return
         labels, rates = {}, {}
         for f in flows:
