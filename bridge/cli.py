@@ -44,7 +44,7 @@ def _add_engine_settings(parser: argparse.ArgumentParser) -> None:
                         help="RDMA memo: --no-episodes simulates every partition of short flows (ablation)")
     parser.add_argument("--explain-events", action="store_true", default=None,
                         help="count the simulated events by what the engine did with their partition and "
-                        "by collective (summary.json accel.events_by; slower)")
+                        "by collective (summary.json accel.events_by)")
 
 
 def _accel_overrides(args: argparse.Namespace) -> dict | None:

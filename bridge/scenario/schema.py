@@ -280,7 +280,7 @@ class AccelSpec(_Spec):
     # a replay takes the others in still frozen. 0: off.
     episode_join: DelayNs = 0
     # Count the simulated events by what the engine did with their partition and by its flows'
-    # collectives (summary.json accel.events_by; bridge/engine/ledger.py). A diagnostic: slower.
+    # collectives (summary.json accel.events_by; bridge/engine/ledger.py). A diagnostic, off by default.
     explain_events: bool = False
 
 
