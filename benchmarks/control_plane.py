@@ -46,8 +46,9 @@ h = load()
 run_until, spent = h.wh.RunUntil, [0.0]
 def timed(t):
     t0 = time.perf_counter()
-    run_until(t)
+    now = run_until(t)
     spent[0] += time.perf_counter() - t0
+    return now
 h.wh.RunUntil = timed
 summary = simulate(load_scenario(scenario), out, RunOptions(accel=True, cache=str(store)))
 print("@split " + json.dumps({"loop_s": summary["wall_s"]["loop"], "ns3_s": spent[0],

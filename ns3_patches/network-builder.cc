@@ -214,13 +214,14 @@ StopNow()
     Simulator::Stop();
 }
 
-void
+int64_t
 RunUntil(int64_t ns)
 {
     int64_t now = Simulator::Now().GetNanoSeconds();
     EventId stop = Simulator::Schedule(NanoSeconds(std::max<int64_t>(0, ns - now)), &StopNow);
     Simulator::Run();
     Simulator::Cancel(stop);
+    return Simulator::Now().GetNanoSeconds();
 }
 
 } // namespace wormhole

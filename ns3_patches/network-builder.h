@@ -94,7 +94,8 @@ class NetworkBuilder : public PortNetwork
 
 /// Run the simulation until absolute time `ns` or until a model calls Simulator::Stop(), whichever
 /// comes first. The stop event is cancelled on an early return so it cannot cut a later run short.
-void RunUntil(int64_t ns);
+/// Returns the simulation time then, in ns (one call less per run slice for the controller).
+int64_t RunUntil(int64_t ns);
 
 } // namespace wormhole
 

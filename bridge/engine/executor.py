@@ -240,8 +240,7 @@ class Executor:
             if self.stop_requested is not None and self.stop_requested():
                 stop_reason = "interrupted"
                 break
-            run_until(int(next_ns))
-            now = self.net.now_ns()
+            now = int(run_until(int(next_ns)))
             if self.ff is not None:
                 self.ff.slice_ran()
             self._collect_completed_flows(now)
