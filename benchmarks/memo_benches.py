@@ -3,6 +3,7 @@
     python benchmarks/memo_benches.py --out out/memo [names ...]
     python benchmarks/memo_benches.py --out out/memo --cc dctcp moe-bench-dcqcn
     python benchmarks/memo_benches.py --out out/memo --scaling gpt-bench
+    python benchmarks/memo_benches.py --out out/memo --repeat 5 moe-8x7b-hpcc
     python benchmarks/memo_benches.py --out out/memo --floors [MAX_NS] [--draws K] gpt-bench
 
 For each scenario, one after the other in this invocation (ratios of runs made under the same
@@ -22,6 +23,9 @@ Writes OUT/results.json.
 --scaling runs the accelerated engine (cold store each) on 1 and on 3 training iterations of each
 scenario: with memo, later iterations reuse the first one's transients, so the cost grows
 sub-linearly (3 iterations should cost less than 1.5x one).
+
+--repeat N runs stock and then the accelerated engine N times on one store (the first on an empty
+one): what a study that runs a scenario again and again pays each time, as the store fills.
 
 --floors runs stock per scenario: as is, with the first flow released 1 ns later (nudge floor),
 and K times (--draws, 1 by default) with each flow released a draw of 0..MAX_NS ns later (jitter
@@ -118,6 +122,22 @@ def scaling(name: str, out: Path) -> dict:
             "ratio": loops[3] / loops[1], "events_ratio": events[3] / events[1]}
 
 
+def repeat(name: str, out: Path, runs: int) -> dict:
+    scenario = ROOT / "scenarios" / f"{name}.yaml"
+    out.mkdir(parents=True, exist_ok=True)
+    cache = out / "memo.whdb"
+    cache.unlink(missing_ok=True)
+    stock = api.run(scenario, out / "stock")
+    row = {"scenario": name, "stock_loop_s": stock.summary["wall_s"]["loop"], "runs": []}
+    for k in range(1, runs + 1):
+        run = api.run(scenario, out / f"run{k}", accel=True, cache=cache)
+        measured = _measure(stock, run)
+        measured["events_x"] = stock.summary["events"] / run.summary["events"]
+        measured["records_written"] = run.summary["accel"]["memo"]["records_written"]
+        row["runs"].append(measured)
+    return row
+
+
 def floors(name: str, out: Path, jitter_ns: int, draws: int) -> dict:
     scenario = ROOT / "scenarios" / f"{name}.yaml"
     stock = api.run(scenario, out / name / "stock")
@@ -155,9 +175,12 @@ def main() -> None:
                         help="stock against stock nudged by 1 ns and jittered by 0..MAX_NS per flow")
     parser.add_argument("--draws", type=int, default=1, metavar="K", help="--floors: K jittered stock runs")
     parser.add_argument("--cc", choices=sorted(CC_MODES), help="RDMA scenarios with this congestion control")
+    parser.add_argument("--repeat", type=int, metavar="N", help="stock, then N accelerated runs on one store")
     args = parser.parse_args()
-    if args.cc and (args.floors is not None or args.scaling):
+    if args.cc and (args.floors is not None or args.scaling or args.repeat):
         parser.error("--cc goes with the memo table only")
+    if args.repeat is not None and args.repeat < 1:
+        parser.error("--repeat: N must be at least 1")
     build_library()  # a changed patch compiles here, not inside the first timed run
     if args.floors is not None:
         print(f"| scenario | nudge floor: FCT mean / p99, iteration | jitter floor (0-{args.floors} ns, worst of "
@@ -172,6 +195,21 @@ def main() -> None:
                 f"{_pct(f['fct_error']['mean'])} / {_pct(f['fct_error']['p99'])}, {_pct(f['iteration_error_max'])}"
                 for f in (r["nudge"], r["jitter"])) + f" | {_offsets_us(r)} |", flush=True)
         (args.out / "floors.json").write_text(json.dumps(rows, indent=2) + "\n")
+        return
+    if args.repeat:
+        print("| scenario | run on one store | loop s (x stock) | events, stock / run | FCT error mean / p99 | "
+              "iteration error | hits / lookups | records written |")
+        print("|---|---|---|---|---|---|---|---|")
+        rows = []
+        for name in args.names:
+            r = repeat(name, args.out / name, args.repeat)
+            rows.append(r)
+            for k, m in enumerate(r["runs"], 1):
+                print(f"| {name} | {k} | {m['loop_s']:.1f} ({m['speedup_loop']:.2f}x) | {m['events_x']:.1f}x | "
+                      f"{_pct(m['fct_error']['mean'])} / {_pct(m['fct_error']['p99'])} | "
+                      f"{_pct(m['iteration_error_max'])} | {m['hits']} / {m['lookups']} | {m['records_written']} |",
+                      flush=True)
+        (args.out / "repeat.json").write_text(json.dumps(rows, indent=2) + "\n")
         return
     if args.scaling:
         print("| scenario | accel loop s, 1 iteration | accel loop s, 3 iterations | ratio | events ratio |")
