@@ -11,9 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bridge import api
 from bridge.cli import main
+from bridge.engine.fastforward import NEVER, Deadlines
 from bridge.errors import ScenarioError
 
 LINK = {"rate": "100Gbps", "delay": "1us"}
@@ -292,3 +295,20 @@ def test_engine_without_freezing_is_stock_on_every_topology_and_workload(name, t
     accel = api.run(path, tmp_path / "accel", accel=True)
     assert accel.summary["flows_finished"] == accel.summary["flows"]
     assert accel.summary["accel"]["tagging_errors"] == 0
+
+
+@given(st.lists(st.tuples(st.sampled_from(["set", "pop", "del"]), st.integers(0, 5), st.integers(0, 50)), max_size=60))
+def test_deadlines_keep_their_earliest(ops):
+    """The earliest computed end or check a frozen partition keeps is the minimum of what it holds,
+    through any sequence of settings and removals (NEVER when it holds none)."""
+    deadlines, plain = Deadlines(), {}
+    for op, flow, ns in ops:
+        if op == "set":
+            deadlines[flow] = plain[flow] = ns
+        elif op == "pop":
+            assert deadlines.pop(flow, None) == plain.pop(flow, None)
+        elif flow in plain:
+            del deadlines[flow]
+            del plain[flow]
+        assert deadlines.earliest() == min(plain.values(), default=NEVER)
+        assert dict(deadlines) == plain
