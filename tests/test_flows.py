@@ -35,6 +35,28 @@ def test_load_flows_sorts_by_start_then_given_order():
     assert w.iterations == 0 and w.flows == w.tasks
 
 
+def test_a_flow_after_others_waits_for_them_and_gets_a_later_id():
+    """A flow comes after the flows `after` names; ids stay in start order where that allows, with
+    every flow after those it waits for (an executor starts a task once its lower-id deps end)."""
+    s = _scenario([
+        {"src": 0, "dst": 1, "size": "1KB", "start": "5us"},
+        {"src": 1, "dst": 2, "size": "2KB", "after": [0]},
+        {"src": 2, "dst": 3, "size": "3KB", "start": "1us"},
+        {"src": 3, "dst": 0, "size": "4KB", "start": "2us", "after": [0, 2, 2]},
+    ])
+    w = load_flows(s)
+    assert [t.size for t in w.tasks] == [3000, 1000, 2000, 4000]
+    assert [t.deps for t in w.tasks] == [(), (), (1,), (0, 1)]
+    assert [t.release_ns for t in w.tasks] == [1000, 5000, 0, 2000]
+
+
+@pytest.mark.parametrize("after", [[1], [3], [-1], ["x"]])
+def test_a_flow_after_itself_a_later_flow_or_no_flow_fails(after):
+    with pytest.raises(ScenarioError) as e:
+        _scenario([{"src": 0, "dst": 1, "size": "1KB"}, {"src": 1, "dst": 2, "size": "2KB", "after": after}])
+    assert e.value.field.startswith("flows[1].after"), e.value.field
+
+
 def test_load_flows_from_hpcc_flow_file():
     w = load_flows(load_scenario(SCENARIOS / "tiny-hpcc" / "scenario.yaml"))
     assert len(w.flows) == 8

@@ -89,6 +89,32 @@ def test_flows_alike_in_label_are_mapped_by_their_place_in_the_graph():
     assert {k: hit.bytes[f] for k, f in other.items()} == {"left": 100, "middle": 200, "right": 300}
 
 
+def test_which_flow_a_released_flow_waits_for_is_part_of_the_graph(tmp_path):
+    """Two incast flows alike, and a reply released by one of them, on the ports of both: the
+    release tells the two apart. A record of it, read back from the store, maps the flow a reply
+    waits for onto the stored one that released the reply, whichever it is; the same flows
+    without the release are another graph."""
+    def replied(base, order, waits_for):
+        rx, up = base, base + 1
+        ports = {"first": along(rx, up, base + 2), "second": along(rx, up, base + 3),
+                 "reply": along(rx, up, reverse=True)}
+        flows = dict(zip(order, range(base, base + 3)))
+        labels = {flows["first"]: "E3|a", flows["second"]: "E3|a", flows["reply"]: "R/N9|b"}
+        waits = {flows["reply"]: frozenset({flows[waits_for]})} if waits_for else None
+        return flows, ConflictGraph(list(flows.values()), {flows[k]: ports[k] for k in ports}, labels, waits)
+    flows, cg = replied(0, ("first", "second", "reply"), "first")
+    plain = replied(0, ("first", "second", "reply"), None)[1]
+    assert cg.edges[0, 2] == plain.edges[0, 2] + (1,) and cg.edges[1, 2] == plain.edges[1, 2]
+    memo = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "test", warn=print)
+    memo.record(cg, 1, {flows["first"]: 100, flows["second"]: 200, flows["reply"]: 300},
+                dict.fromkeys(flows.values(), 1.0), {})
+    stored = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "test", warn=print)
+    other, other_cg = replied(50, ("reply", "second", "first"), "second")
+    [hit] = stored.lookup(other_cg)
+    assert {k: hit.bytes[f] for k, f in other.items()} == {"second": 100, "first": 200, "reply": 300}
+    assert stored.lookup(plain) == [] and plain.key != cg.key
+
+
 @pytest.mark.parametrize("labels", [("5|a", "3|b", "1|c"),       # another start rate
                                     ("5|a", "3|b", "0|d")])      # another path (rate or delay)
 def test_other_labels_miss(tmp_path, labels):
@@ -634,6 +660,47 @@ def test_a_flow_nobody_expected_thaws_an_episode_with_a_joined_flow(tmp_path):
     assert ((replayed.bytes_skipped > 0) & (replayed.bytes_skipped < replayed.size_bytes)).all()
     error = (cold.flows.fct_ns - stock.flows.fct_ns).abs() / stock.flows.fct_ns
     assert error.max() < 0.15, error.tolist()
+
+
+def chained_incasts(tmp_path) -> Path:
+    """A 2-to-1 incast on rack 0 (100 KB and 200 KB), and the receiver's 100 KB reply to the
+    first sender once its flow has arrived, while the other still runs (the reply's data leaves
+    by the port its ACKs do); the same on rack 1 from 500 us. Flows of a host pair share a QP."""
+    data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
+    data["transport"]["persistent_connections"] = True
+    data["flows"] = [{"src": 1, "dst": 0, "size": "100KB", "start": "0us"},
+                     {"src": 2, "dst": 0, "size": "200KB", "start": "0us"},
+                     {"src": 0, "dst": 1, "size": "100KB", "after": [0]},
+                     {"src": 5, "dst": 4, "size": "100KB", "start": "500us"},
+                     {"src": 6, "dst": 4, "size": "200KB", "start": "500us"},
+                     {"src": 4, "dst": 5, "size": "100KB", "after": [3]}]
+    path = tmp_path / "chained.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_an_episode_holds_the_flows_its_own_completions_start(tmp_path):
+    """With episode_chains, the reply is in the incast's episode, joined to the flow it waits
+    for: the first incast is recorded with it, and the second replays whole. Its reply starts
+    inside the frozen episode when the flow it waits for completes there (its QP held) and
+    completes at its recorded time from its own start; nothing of the second incast is
+    simulated. Every flow ends as in stock, within 10 ns. Without it, the first reply starting
+    ends the watch of the first incast, which is never recorded: the second is simulated."""
+    path = chained_incasts(tmp_path)
+    stock = api.run(path, tmp_path / "stock")
+    chained = api.run(path, tmp_path / "chained", accel=True, cache=tmp_path / "c.whdb",
+                      accel_overrides={"episode_chains": True})
+    plain = api.run(path, tmp_path / "plain", accel=True, cache=tmp_path / "p.whdb")
+    accel = chained.summary["accel"]
+    assert (accel["memo"]["applied_episode"], accel["episode_joins"], accel["skip_backs"]) == (1, 1, 0)
+    assert accel["tagging_errors"] == 0
+    rack_1 = chained.flows.src >= 4
+    assert ((chained.flows.bytes_skipped == chained.flows.size_bytes) == rack_1).all()
+    assert (chained.flows.end_ns - stock.flows.end_ns).abs().max() <= 10, \
+        (chained.flows.end_ns - stock.flows.end_ns).tolist()
+    replies = plain.flows.src.isin([0, 4])
+    assert (plain.flows.bytes_skipped[~replies] == 0).all()
+    assert chained.summary["events"] < plain.summary["events"]
 
 
 def test_episodes_are_turned_off_on_the_command_line(tmp_path):

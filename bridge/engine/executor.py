@@ -62,6 +62,7 @@ class Executor:
         self.ff = fast_forward
         if fast_forward is not None:
             fast_forward.known_starts = self.known_starts
+            fast_forward.released_by = self.released_by
         self.stop_time_ns = stop_time_ns if stop_time_ns is not None else NEVER
         self.progress = progress
         self.progress_every_s = progress_every_s
@@ -171,6 +172,28 @@ class Executor:
             seen.add(conn)
             known.append((at, self.flow_index[task_id], conn, (task.src, task.dst), task.size))
         return known
+
+    def released_by(self, flows: list[int], now: int) -> list[tuple[int, int, int, frozenset[int]]]:
+        """Flows (not started) that the completions of `flows` (flow indices, unfinished) start:
+        all else they wait for has finished, and they are released by now. (flow index, its
+        persistent connection, size, the flows of `flows` it waits for), in flow order; none under
+        jitter or a nudge. Whether it starts as its connection's first unfinished flow depends on
+        when the flows before it on the connection end."""
+        if self.jitter is not None or self.nudge_ns:
+            return []
+        tasks, end_ns = self.workload.tasks, self.end_ns
+        members = {self.flows[f].id: f for f in flows}
+        found = {}
+        for task_id in members:
+            for d in self.dependents[task_id]:
+                task = tasks[d]
+                if d in found or d not in self.flow_index or task.release_ns > now or not task.reuse_connection:
+                    continue
+                conn = self.connections.get((task.src, task.dst))
+                waits = [dep for dep in task.deps if end_ns[dep] < 0]
+                if conn is not None and all(dep in members for dep in waits):
+                    found[d] = (self.flow_index[d], conn, task.size, frozenset(members[dep] for dep in waits))
+        return sorted(found.values())
 
     def _finish(self, task_id: int, at_ns: int) -> None:
         self.end_ns[task_id] = at_ns

@@ -336,9 +336,11 @@ class Episode:
     leads: dict[int, int] = field(default_factory=dict)     # flow -> ns into its age step at forming
     ends: dict[int, int] = field(default_factory=dict)      # flow -> its completion, on its clock
     states: dict[int, dict[str, float]] = field(default_factory=dict)  # flow -> its QP's state then
-    # Flows known to start on its ports (-> when; spec.episode_join): they are in `left` from the
-    # forming, at a negative lead (their clocks start at their own starts), and join as they start.
+    # Flows known to start on its ports (-> when; spec.episode_join), or that its flows' completions
+    # start (-> -1; spec.episode_chains): they are in `left` from the forming, their leads set as
+    # they join (their clocks start at their own starts).
     expected: dict[int, int] = field(default_factory=dict)
+    waits: dict[int, frozenset[int]] = field(default_factory=dict)  # a flow its flows start -> those
     joins: bool = False           # formed with flows expected
 
 
@@ -455,6 +457,9 @@ class FastForward:
         # episode or frozen partition; known_starts(until_ns) is the executor's (Executor.known_starts).
         self.expected_in: dict[int, Episode | Frozen] = {}
         self.known_starts: Callable[[int], list[tuple[int, int, int, tuple[int, int], int]]] = lambda until_ns: []
+        # released_by(flows, now): the flows their completions start (Executor.released_by).
+        self.released_by: Callable[[list[int], int], list[tuple[int, int, int, frozenset[int]]]] = \
+            lambda flows, now: []
 
     # -- flow life cycle (called by the executor) -------------------------------------------
 
@@ -477,9 +482,11 @@ class FastForward:
                 self.stats.control_s += time.perf_counter() - t0
                 return
             if isinstance(holder, Episode):
-                if expected_ns == now and all(self.episode_of.get(f) is holder
-                                              for pid in touched for f in self.parts.by_id[pid].flows):
+                released = expected_ns < 0 and holder.waits[flow] <= holder.ends.keys()
+                if (expected_ns == now or released) and all(self.episode_of.get(f) is holder
+                                                            for pid in touched for f in self.parts.by_id[pid].flows):
                     self.episode_of[flow] = holder        # as expected: the watched episode goes on
+                    holder.leads[flow] = holder.formed_ns - now
                 else:
                     self._abandon(holder)
         self._abandon_episodes(touched, keep=self.episode_of.get(flow))
@@ -1121,8 +1128,10 @@ class FastForward:
         frozen.rates[flow] = self.flow_sizes[flow] / max(1, ends)
         frozen.left[flow] = self.flow_sizes[flow]
         frozen.ends[flow] = now + ends
-        frozen.order[conn] = [flow]
-        frozen.held[conn] = now
+        # A flow its flows' completions started may follow a completed one on its QP, whose times
+        # stood still from the freeze; an idle QP's from now.
+        frozen.held[conn] = frozen.since_ns if conn in frozen.order else now
+        frozen.order.setdefault(conn, []).append(flow)
         self.stats.episode_joins += 1
 
     def _drop_completed(self, pid: int, flows: list[int], now: int) -> None:
@@ -1211,6 +1220,7 @@ class FastForward:
             # (gpt-tiny's pipeline sends: such a replay ended 2.4 us early, 22 % of its FCT).
             return False
         joins = self._expected_joins(part, now, short) if self.spec.episode_join else {}
+        chains = self._chained(part, [*flows, *joins], joins, now, short) if self.spec.episode_chains else {}
         ports = {f: self.ports_of[self.conn_of[f]] for f in flows}
         # With flows expected, one starting now on an idle QP is labelled as they are: which host
         # of an all-to-all started first does not tell its records apart (labelled apart, 14 of 98
@@ -1221,18 +1231,24 @@ class FastForward:
         for f, (at, conn) in joins.items():
             ports[f] = self.ports_of[conn]
             labels[f] = self._join_label(f, conn, at - now)
-        graph = ConflictGraph([*flows, *joins], ports, labels)
+        busy = {self.conn_of[f] for f in flows} | {conn for _, conn in joins.values()}
+        for f, (conn, _) in chains.items():
+            ports[f] = self.ports_of[conn]
+            labels[f] = self._released_label(f, conn, conn in busy)
+        waits = {f: w for f, (_, w) in chains.items()}
+        graph = ConflictGraph([*flows, *joins, *chains], ports, labels, waits)
         hit = next(iter(self.memo.lookup(graph)), None)
         leads = {f: (now - self.head_since[f]) % self.spec.episode_age_step for f in flows}
         expected = {f: at for f, (at, _) in joins.items()}
+        added = [*joins, *chains]
         if hit is None:
-            episode = Episode(graph, now, {**left, **{f: self.flow_sizes[f] for f in joins}},
-                              {**{f: int(self.table.GetDelivered(f)) for f in flows}, **{f: 0 for f in joins}},
-                              {**leads, **{f: now - at for f, at in expected.items()}}, expected=expected,
-                              joins=bool(joins))
+            episode = Episode(graph, now, {**left, **{f: self.flow_sizes[f] for f in added}},
+                              {**{f: int(self.table.GetDelivered(f)) for f in flows}, **{f: 0 for f in added}},
+                              {**leads, **{f: now - at for f, at in expected.items()}},
+                              expected={**expected, **{f: -1 for f in chains}}, waits=waits, joins=bool(added))
             for f in flows:
                 self.episode_of[f] = episode
-            for f in joins:
+            for f in added:
                 self.expected_in[f] = episode
             return False
         step = self.spec.episode_bytes_step
@@ -1241,7 +1257,11 @@ class FastForward:
         rates = {f: left[f] / max(1, hit.ends[f]) for f in flows}
         frozen = Frozen(group=-1, since_ns=now, until_ns=NEVER, rates=rates, memo=hit, leads=leads, expected=expected)
         self._freeze(part, self.state[part.id], frozen, now)
-        for f in joins:
+        # A released flow starts at the last completion it waits for, as the record has them.
+        ends = {**{f: at + hit.ends[f] for f, at in expected.items()}, **frozen.ends}
+        for f, w in waits.items():
+            frozen.expected[f] = max(ends[x] for x in w)
+        for f in added:
             self.expected_in[f] = frozen
         return True
 
@@ -1260,6 +1280,33 @@ class FastForward:
                 joins[flow] = (at, conn)
         added = set().union(*(self.paths[conn] for _, conn in joins.values())) - part.ports
         return {} if any(path & added for path in others) else joins
+
+    def _chained(self, part: Partition, members: list[int], joins: dict[int, tuple[int, int]], now: int,
+                 short: int) -> dict[int, tuple[int, frozenset[int]]]:
+        """The flows that the completions of `members` start on the ports of the partition or of
+        its joins (flow -> (connection, the members it waits for)), if each is short and touches
+        no other partition; else none (it would end the episode as it starts)."""
+        ports = part.ports.union(*(self.paths[conn] for _, conn in joins.values()))
+        chains = {}
+        for flow, conn, size, waits in self.released_by(members, now):
+            path = self._connection_path(conn)
+            if not path & ports:
+                continue
+            if size >= short or flow in self.expected_in or self.parts.touching(path) - {part.id}:
+                return {}
+            chains[flow] = (conn, waits)
+        return chains
+
+    def _released_label(self, flow: int, conn: int, busy: bool) -> str:
+        """An episode vertex of a flow its flows' completions start: its size and its QP's rates
+        (_join_label) if the QP is idle now; if a flow of the episode holds it, that flow's end
+        decides them."""
+        if busy:
+            return f"R/N{self.flow_sizes[flow]}|{self.path_labels[conn]}"
+        self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
+        line_bps = self.line_rate[conn] * 8e9
+        rate, target = (rate_bin(float(x), line_bps, self.spec.memo_bins) for x in self._cc_buf[:2])
+        return f"R/N{self.flow_sizes[flow]}/{rate}/{target}|{self.path_labels[conn]}"
 
     def _join_label(self, flow: int, conn: int, in_ns: int) -> str:
         """An episode vertex of a flow starting `in_ns` from now (in episode_age_step steps), of

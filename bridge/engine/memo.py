@@ -101,32 +101,41 @@ class ConflictGraph:
     that only cross in opposite directions share links but not bandwidth, and must not match a
     record of flows that compete (4 pipeline flows on 4 spines share each other's ACK links).
     The edges and the canonical form are built when first needed: a lookup needs them only if
-    some record has the same vertex labels, a watched partition only when it is recorded."""
+    some record has the same vertex labels, a watched partition only when it is recorded.
 
-    def __init__(self, flows: list[int], ports: dict[int, FlowPorts], labels: dict[int, str]):
+    `waits` (episodes): flow -> the flows whose completions start it. Such a pair's edge kind has a
+    fourth member, 1 (its direction is in the labels: a released flow's says so); the others keep
+    three, so graphs without releases keep their keys."""
+
+    def __init__(self, flows: list[int], ports: dict[int, FlowPorts], labels: dict[int, str],
+                 waits: dict[int, frozenset[int]] | None = None):
         self.flows = sorted(flows)
         self.labels = [labels[f] for f in self.flows]
         self._ports = [ports[f] for f in self.flows]
+        vertex = {f: v for v, f in enumerate(self.flows)}
+        self._releases = frozenset((min(vertex[f], vertex[w]), max(vertex[f], vertex[w]))
+                                   for f, ws in (waits or {}).items() for w in ws)
 
     @cached_property
     def layout(self) -> tuple:
-        """Vertex by vertex, its label and ports: equal layouts are the same graph, vertex for
-        vertex (the same flows' places recurring, as a collective does on the same hosts)."""
-        return tuple(zip(self.labels, self._ports))
+        """Vertex by vertex, its label and ports, and the releases: equal layouts are the same
+        graph, vertex for vertex (the same flows' places recurring, as a collective does on the
+        same hosts)."""
+        return tuple(zip(self.labels, self._ports)), tuple(sorted(self._releases))
 
     @cached_property
-    def edges(self) -> dict[tuple[int, int], tuple[int, int, int]]:
-        """(a, b) with a < b -> (w, c, x)."""
+    def edges(self) -> dict[tuple[int, int], tuple[int, ...]]:
+        """(a, b) with a < b -> (w, c, x), or (w, c, x, 1) if one's completion starts the other."""
         users: dict[int, list[int]] = {}
         for v, ports in enumerate(self._ports):
             for link in ports.links:
                 users.setdefault(link, []).append(v)
         pairs = {(a, b) for vs in users.values() for i, a in enumerate(vs) for b in vs[i + 1:]}  # a < b
         edges = {}
-        for a, b in sorted(pairs):
+        for a, b in sorted(pairs | self._releases):
             pa, pb = self._ports[a], self._ports[b]
             edges[a, b] = (len(pa.links & pb.links), len(pa.data & pb.data),
-                           len(pa.data & pb.acks) + len(pa.acks & pb.data))
+                           len(pa.data & pb.acks) + len(pa.acks & pb.data)) + ((1,) if (a, b) in self._releases else ())
         return edges
 
     @cached_property
@@ -149,7 +158,7 @@ class CanonicalForm:
         return dict(zip(self.order, other.order))
 
 
-def canonical_form(labels: list[str], edges: dict[tuple[int, int], tuple[int, int, int]]) -> CanonicalForm:
+def canonical_form(labels: list[str], edges: dict[tuple[int, int], tuple[int, ...]]) -> CanonicalForm:
     """nauty's canonical form of a vertex- and edge-labelled graph. nauty colours vertices, not
     edges, so the graph is stacked in layers, one per bit of an edge kind's number: an edge of
     kind k joins its vertices' copies in each layer whose bit of k is set, and each vertex's
@@ -311,8 +320,8 @@ class Memo:
             times, sizes = (progress or {}).get(flow, ([], []))
             rec.progress_ns.extend(times)
             rec.progress_bytes.extend(sizes)
-        for (a, b), (w, c, x) in sorted(cg.edges.items()):
-            record.edges.add(a=a, b=b, weight=w, contended=c, data_ack=x)
+        for (a, b), (w, c, x, *releases) in sorted(cg.edges.items()):
+            record.edges.add(a=a, b=b, weight=w, contended=c, data_ack=x, releases=bool(releases))
         self._add(record, canonical=cg.canonical)
         self.stats.records_written += 1
         self.stats.records_truncated += truncated
@@ -364,7 +373,7 @@ def _inconsistency(record: MemoRecord) -> str | None:
 def _stored_canonical(record: MemoRecord) -> CanonicalForm:
     labels = [f.label for f in sorted(record.flows, key=lambda f: f.vertex)]
     return canonical_form(labels, {(min(e.a, e.b), max(e.a, e.b)): (e.weight, e.contended, e.data_ack)
-                                   for e in record.edges})
+                                   + ((1,) if e.releases else ()) for e in record.edges})
 
 
 def _mapped(record: MemoRecord, cg: ConflictGraph, mapping: dict[int, int]) -> Transient:

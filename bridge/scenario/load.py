@@ -176,6 +176,10 @@ def _cross_check(s: Scenario, base_dir: Path) -> Scenario:
         if not flows:
             raise _err("flows", "empty list (give at least one flow)")
         checks = ((f, f"flows[{i}].") for i, f in enumerate(flows))
+        for i, flow in enumerate(flows):
+            for j in flow.after:
+                if j >= i:
+                    raise _err(f"flows[{i}].after", f"{j} is not an earlier flow of the list (0..{i - 1})")
     hosts = frozenset(topology.hosts)
     for flow, field in checks:
         _check_flow(flow, field, topology, hosts)

@@ -225,12 +225,14 @@ AnyTransportSpec = Annotated[
 
 
 class FlowSpec(_Spec):
-    """One loose flow: `size` bytes from host `src` to host `dst`, starting at `start` ns."""
+    """One loose flow: `size` bytes from host `src` to host `dst`, starting at `start` ns, or when
+    the flows `after` names (positions of earlier flows in the list) have completed, if later."""
 
     src: NodeId
     dst: NodeId
     size: SizeBytes
     start: DelayNs = 0
+    after: tuple[Annotated[StrictInt, Field(ge=0)], ...] = ()
 
 
 class LinkFailureSpec(_Spec):
@@ -279,6 +281,10 @@ class AccelSpec(_Spec):
     # looked up when the first host of an all-to-all starts, not when the last one has joined, and
     # a replay takes the others in still frozen. 0: off.
     episode_join: DelayNs = 0
+    # An episode also holds the flows that its own flows' completions start (all they still wait
+    # for is in it: an all-to-all's receivers start the next one, or the pipeline send after it),
+    # labelled as released and joined to the flows they wait for: a replay takes them in still frozen.
+    episode_chains: bool = False
     # Count the simulated events by what the engine did with their partition and by its flows'
     # collectives (summary.json accel.events_by; bridge/engine/ledger.py). A diagnostic, off by default.
     explain_events: bool = False

@@ -1,10 +1,12 @@
 """Loose flows: a scenario's flow list as a `Workload`, and the HPCC flow.txt importer.
 
-No ns-3 here. A loose flow has no dependencies; it is released at its start time.
+No ns-3 here. A loose flow is released at its start time, or when the flows it comes after have
+completed, if later.
 """
 
 from __future__ import annotations
 
+import heapq
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -31,20 +33,37 @@ class HpccFlow(NamedTuple):
 
 
 def load_flows(scenario: Scenario) -> Workload:
-    """The scenario's loose flows as FlowTasks, ordered by (start, order given); id = position.
+    """The scenario's loose flows as FlowTasks, ordered by (start, order given), each after the
+    flows it comes after; id = position.
 
-    PRECONDITION: `scenario` comes from `load_scenario`, so its flows are valid.
+    PRECONDITION: `scenario` comes from `load_scenario`, so its flows are valid (each comes after
+    earlier flows of the list only).
     Raises ScenarioError if the scenario has no loose flows (it is a training scenario).
     """
     if scenario.flows is None:
         raise ScenarioError(scenario.source_path, "flows",
                             "this scenario has no loose flows (its workload is training)")
-    # sorted() is stable, so flows starting together keep the order they were given in.
-    ordered = sorted(scenario.flows, key=lambda f: f.start)
-    tasks = [FlowTask(id=i, src=f.src, dst=f.dst, size=f.size, release_ns=f.start,
-                      collective="flow", reuse_connection=scenario.transport.persistent_connections)
-             for i, f in enumerate(ordered)]
-    return Workload(tasks=tasks)
+    flows = scenario.flows
+    waiting = [len(set(f.after)) for f in flows]
+    dependents: list[list[int]] = [[] for _ in flows]
+    for i, f in enumerate(flows):
+        for j in set(f.after):
+            dependents[j].append(i)
+    ready = [(f.start, i) for i, f in enumerate(flows) if not waiting[i]]
+    heapq.heapify(ready)
+    task_of: dict[int, int] = {}      # position in the list -> task id
+    while ready:
+        _, i = heapq.heappop(ready)
+        task_of[i] = len(task_of)
+        for d in dependents[i]:
+            waiting[d] -= 1
+            if not waiting[d]:
+                heapq.heappush(ready, (flows[d].start, d))
+    tasks = [FlowTask(id=task_of[i], src=f.src, dst=f.dst, size=f.size, release_ns=f.start,
+                      deps=tuple(sorted(task_of[j] for j in set(f.after))), collective="flow",
+                      reuse_connection=scenario.transport.persistent_connections)
+             for i, f in enumerate(flows)]
+    return Workload(tasks=sorted(tasks, key=lambda t: t.id))
 
 
 def read_hpcc_flows(file: Path, label: str | None = None) -> list[HpccFlow]:
