@@ -50,6 +50,9 @@ flows in its graph, not when the last one has joined (until then, each join re-f
 partition and the flows were simulated). A replay takes each expected flow in as it starts, still
 frozen: its QP starts held (not kicked into sending) and its flow completes at the recorded time
 from its own start; at a thaw the QP is kicked to send what the record had not delivered yet.
+With `episode_chains`, it also holds the flows its own flows' completions start (all they still
+wait for is in it: the executor's released_by), joined in its graph to the flows they wait for. A
+replay expects each at the last recorded completion it waits for, and takes it in as above.
 
 Known inexactness: TCP state holding absolute times sees the jump; RTT samples of segments in
 flight at the freeze come out dT long and inflate the RTO for about 0.5 ms after a thaw. Without
@@ -1299,22 +1302,21 @@ class FastForward:
 
     def _released_label(self, flow: int, conn: int, busy: bool) -> str:
         """An episode vertex of a flow its flows' completions start: its size and its QP's rates
-        (_join_label) if the QP is idle now; if a flow of the episode holds it, that flow's end
-        decides them."""
-        if busy:
-            return f"R/N{self.flow_sizes[flow]}|{self.path_labels[conn]}"
-        self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
-        line_bps = self.line_rate[conn] * 8e9
-        rate, target = (rate_bin(float(x), line_bps, self.spec.memo_bins) for x in self._cc_buf[:2])
-        return f"R/N{self.flow_sizes[flow]}/{rate}/{target}|{self.path_labels[conn]}"
+        if the QP is idle now; if a flow of the episode holds it, that flow's end decides them."""
+        rates = "" if busy else f"/{self._qp_rates(conn)}"
+        return f"R/N{self.flow_sizes[flow]}{rates}|{self.path_labels[conn]}"
 
     def _join_label(self, flow: int, conn: int, in_ns: int) -> str:
         """An episode vertex of a flow starting `in_ns` from now (in episode_age_step steps), of
-        its size, on its idle QP's rates (_episode_label)."""
+        its size, on its idle QP's rates."""
+        return f"J{in_ns // self.spec.episode_age_step}/N{self.flow_sizes[flow]}/{self._qp_rates(conn)}|{self.path_labels[conn]}"
+
+    def _qp_rates(self, conn: int) -> str:
+        """A QP's rate and target (HPCC: reference) rate, in memo_bins steps of its line rate."""
         self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
         line_bps = self.line_rate[conn] * 8e9
         rate, target = (rate_bin(float(x), line_bps, self.spec.memo_bins) for x in self._cc_buf[:2])
-        return f"J{in_ns // self.spec.episode_age_step}/N{self.flow_sizes[flow]}/{rate}/{target}|{self.path_labels[conn]}"
+        return f"{rate}/{target}"
 
     def _episode_label(self, flow: int, left: int, now: int) -> str:
         """An episode vertex: the flow's bytes left in episode_bytes_step steps (its size while it
@@ -1327,13 +1329,10 @@ class FastForward:
         conn = self.conn_of[flow]
         start = "T" if flow in self.took_over else "I"
         age = (now - self.head_since[flow]) // self.spec.episode_age_step
-        self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
-        line_bps = self.line_rate[conn] * 8e9
-        rate, target = (rate_bin(float(x), line_bps, self.spec.memo_bins) for x in self._cc_buf[:2])
         size = self.flow_sizes[flow]
         step = self.spec.episode_bytes_step
         bytes_left = f"N{size}" if _under_a_step(size, left, step) else f"E{round(left / step)}"
-        return f"{bytes_left}/{start}/{age}/{rate}/{target}|{self.path_labels[conn]}"
+        return f"{bytes_left}/{start}/{age}/{self._qp_rates(conn)}|{self.path_labels[conn]}"
 
     def _episode_flow_ended(self, flow: int, now: int, successor: int | None) -> None:
         """A flow of a watched episode completed (simulated): note when, and keep the episode once
