@@ -33,8 +33,8 @@ class HpccFlow(NamedTuple):
 
 
 def load_flows(scenario: Scenario) -> Workload:
-    """The scenario's loose flows as FlowTasks, ordered by (start, order given), each after the
-    flows it comes after; id = position.
+    """The scenario's loose flows as FlowTasks, ordered by (start, order given) with each after
+    the flows it comes after; id = position in that order.
 
     PRECONDITION: `scenario` comes from `load_scenario`, so its flows are valid (each comes after
     earlier flows of the list only).
