@@ -1260,10 +1260,10 @@ class FastForward:
         rates = {f: left[f] / max(1, hit.ends[f]) for f in flows}
         frozen = Frozen(group=-1, since_ns=now, until_ns=NEVER, rates=rates, memo=hit, leads=leads, expected=expected)
         self._freeze(part, self.state[part.id], frozen, now)
-        # A released flow starts at the last completion it waits for, as the record has them.
-        ends = {**{f: at + hit.ends[f] for f, at in expected.items()}, **frozen.ends}
-        for f, w in waits.items():
-            frozen.expected[f] = max(ends[x] for x in w)
+        if waits:   # a released flow starts at the last completion it waits for, as the record has them
+            ends = {**{f: at + hit.ends[f] for f, at in expected.items()}, **frozen.ends}
+            for f, w in waits.items():
+                frozen.expected[f] = max(ends[x] for x in w)
         for f in added:
             self.expected_in[f] = frozen
         return True
@@ -1277,7 +1277,7 @@ class FastForward:
             path = self._connection_path(conn)
             if not path & part.ports:
                 others.append(path)
-            elif size >= short or flow in self.expected_in or self.parts.touching(path) - {part.id}:
+            elif not self._holds(part, flow, path, size, short):
                 return {}
             else:
                 joins[flow] = (at, conn)
@@ -1295,10 +1295,16 @@ class FastForward:
             path = self._connection_path(conn)
             if not path & ports:
                 continue
-            if size >= short or flow in self.expected_in or self.parts.touching(path) - {part.id}:
+            if not self._holds(part, flow, path, size, short):
                 return {}
             chains[flow] = (conn, waits)
         return chains
+
+    def _holds(self, part: Partition, flow: int, path: frozenset[int], size: int, short: int) -> bool:
+        """Whether the episode of `part` can hold `flow`, of `size` bytes on `path`, that starts
+        later on its ports: it is short, no other episode expects it, and it touches no other
+        partition (else it ends the episode as it starts)."""
+        return size < short and flow not in self.expected_in and not self.parts.touching(path) - {part.id}
 
     def _released_label(self, flow: int, conn: int, busy: bool) -> str:
         """An episode vertex of a flow its flows' completions start: its size and its QP's rates
