@@ -325,6 +325,32 @@ def test_a_flow_the_model_has_all_delivered_at_a_thaw_still_completes(tmp_path):
     assert run.summary["flows_finished"] == run.summary["flows"]
 
 
+def test_what_a_thaw_leaves_of_a_partition_is_looked_up(tmp_path):
+    """HPCC: h1 -> h2 (4 MB) beside h2 -> h1 (16 MB), each one's ACKs crossing the other's data.
+    The short flow ends inside the frozen partition, which thaws one sample later (HPCC climbs to
+    the capacity those ACKs leave over round trips: the model does not know how). The long flow
+    left is looked up, as a partition a simulated flow's end re-forms: the first pair records its
+    transient, the same pair 3 ms later under another leaf replays it and freezes again at once. Before,
+    it was simulated until its steady test passed."""
+    data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
+    data["transport"]["cc"] = "hpcc"
+    data["flows"] = [{"src": 1, "dst": 2, "size": "4MB", "start": "0us"},
+                     {"src": 2, "dst": 1, "size": "16MB", "start": "0us"},
+                     {"src": 5, "dst": 6, "size": "4MB", "start": "3ms"},
+                     {"src": 6, "dst": 5, "size": "16MB", "start": "3ms"}]
+    path = tmp_path / "pairs.yaml"
+    path.write_text(yaml.safe_dump(data))
+    stock = api.run(path, tmp_path / "stock")
+    cold = api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "m.whdb",
+                   accel_overrides={**NO_EPISODES, "explain_events": True})
+    accel = cold.summary["accel"]
+    assert (accel["memo"]["lookups"], accel["memo"]["hits"], accel["memo"]["records_written"]) == (4, 2, 2)
+    assert "simulated_after_thaw" not in accel["events_by"]
+    assert cold.flows.set_index("flow_id").bytes_skipped[3] == 16_000_000
+    error = (cold.flows.fct_ns - stock.flows.fct_ns).abs() / stock.flows.fct_ns
+    assert error.max() < 0.003, error.tolist()
+
+
 def two_incasts(tmp_path, sizes: tuple[str, str], second_ns: int, replay_second_ns: int,
                 accel_overrides: dict | None = None):
     """Stock and memo cold runs of two 2-to-1 incasts on tiny-memo-rdma (hosts 1, 2 -> 0 from 0,
