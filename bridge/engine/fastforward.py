@@ -628,7 +628,8 @@ class FastForward:
         formed, self.formed = sorted(self.formed), set()
         if self.memo is not None:
             for pid in formed:
-                if pid in self.state:
+                # (not one frozen again since: an episode's running flows after its completed ones left)
+                if pid in self.state and self.state[pid].frozen is None:
                     self._apply_or_watch(self.parts.by_id[pid], now)
         self.stats.control_s += time.perf_counter() - t0
 
