@@ -330,8 +330,8 @@ def test_what_a_thaw_leaves_of_a_partition_is_looked_up(tmp_path):
     The short flow ends inside the frozen partition, which thaws one sample later (HPCC climbs to
     the capacity those ACKs leave over round trips: the model does not know how). The long flow
     left is looked up, as a partition a simulated flow's end re-forms: the first pair records its
-    transient, the same pair 3 ms later under another leaf replays it and freezes again at once. Before,
-    it was simulated until its steady test passed."""
+    transient, the same pair 3 ms later under another leaf replays it and freezes again at once.
+    Before, it was simulated until its steady test passed."""
     data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
     data["transport"]["cc"] = "hpcc"
     data["flows"] = [{"src": 1, "dst": 2, "size": "4MB", "start": "0us"},
