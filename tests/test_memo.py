@@ -419,14 +419,18 @@ def test_coarser_episode_labels_replay_an_incast_whose_flows_joined_apart(tmp_pa
 def test_a_replayed_flow_is_placed_on_its_recorded_clock_by_its_bytes_once_it_has_delivered_some():
     """The recorded flow had 50000 bytes left 100 ns into its clock and ended 25000 ns after: 2
     bytes per ns. A flow with 2000 bytes fewer left stands 1000 ns further; one that has delivered
-    less than a label step, or whose recorded flow had nothing left, at its own lead."""
-    hit = Transient(transient_ns=25_100, bytes={0: 50_000, 1: 0}, rates={}, states={},
-                    ends={0: 25_100, 1: 5_000}, leads={0: 100, 1: 100})
-    assert _clock_on_record(hit, 0, 98_304, 48_000, 300, 4096) == 1_100
-    assert _clock_on_record(hit, 0, 98_304, 50_000, 300, 4096) == 300
-    assert _clock_on_record(hit, 0, 50_000, 48_000, 300, 4096) == 300
-    assert _clock_on_record(hit, 1, 98_304, 1_500, 300, 4096) == 300
-    assert _clock_on_record(hit, 0, 98_304, 48_000, 300, 65_536) == 300   # 50,304 bytes: under a step
+    less than a label step, or whose recorded flow had nothing left, at its own lead. Never more
+    than an age step from the recorded flow: flow 2's last 10 bytes took 7 us to be acknowledged,
+    and by that rate a flow with 1000 bytes left would stand 693 us early."""
+    hit = Transient(transient_ns=25_100, bytes={0: 50_000, 1: 0, 2: 10}, rates={}, states={},
+                    ends={0: 25_100, 1: 5_000, 2: 7_100}, leads={0: 100, 1: 100, 2: 100})
+    assert _clock_on_record(hit, 0, 98_304, 48_000, 300, 4096, 10_000) == 1_100
+    assert _clock_on_record(hit, 0, 98_304, 50_000, 300, 4096, 10_000) == 300
+    assert _clock_on_record(hit, 0, 50_000, 48_000, 300, 4096, 10_000) == 300
+    assert _clock_on_record(hit, 1, 98_304, 1_500, 300, 4096, 10_000) == 300
+    assert _clock_on_record(hit, 0, 98_304, 48_000, 300, 65_536, 10_000) == 300   # 50,304 bytes: under a step
+    assert _clock_on_record(hit, 0, 98_304, 48_000, 300, 4096, 500) == 600        # 1000 ns on: one step
+    assert _clock_on_record(hit, 2, 524_288, 1_000, 300, 4096, 10_000) == 100 - 10_000
 
 
 def test_flows_too_short_for_a_truncated_record_apply_its_first_part(tmp_path):
