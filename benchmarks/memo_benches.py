@@ -4,6 +4,7 @@
     python benchmarks/memo_benches.py --out out/memo --cc dctcp moe-bench-dcqcn
     python benchmarks/memo_benches.py --out out/memo --scaling gpt-bench
     python benchmarks/memo_benches.py --out out/memo --repeat 5 moe-8x7b-hpcc
+    python benchmarks/memo_benches.py --out out/memo --seeds 1,2,3 moe-8x7b-dcqcn
     python benchmarks/memo_benches.py --out out/memo --floors [MAX_NS] [--draws K] gpt-bench
 
 For each scenario, one after the other in this invocation (ratios of runs made under the same
@@ -26,6 +27,10 @@ sub-linearly (3 iterations should cost less than 1.5x one).
 
 --repeat N runs stock and then the accelerated engine N times on one store (the first on an empty
 one): what a study that runs a scenario again and again pays each time, as the store fills.
+
+--seeds S,... runs stock, memo cold and memo warm (a store per seed) with each of these seeds in
+place of the scenario's: the seed draws each flow's ECMP path, so it decides which flows collide
+on the fabric's links, and with that how much of a run settles into steady or recurring states.
 
 --floors runs stock per scenario: as is, with the first flow released 1 ns later (nudge floor),
 and K times (--draws, 1 by default) with each flow released a draw of 0..MAX_NS ns later (jitter
@@ -138,6 +143,24 @@ def repeat(name: str, out: Path, runs: int) -> dict:
     return row
 
 
+def seeds(name: str, out: Path, seed_list: list[int]) -> dict:
+    scenario = ROOT / "scenarios" / f"{name}.yaml"
+    row = {"scenario": name, "seeds": []}
+    for seed in seed_list:
+        where = out / f"seed{seed}"
+        where.mkdir(parents=True, exist_ok=True)
+        cache = where / "memo.whdb"
+        cache.unlink(missing_ok=True)
+        stock = api.run(scenario, where / "stock", seed=seed)
+        measured = {"seed": seed, "stock_loop_s": stock.summary["wall_s"]["loop"], "stock_events": stock.summary["events"]}
+        for mode in ("cold", "warm"):
+            run = api.run(scenario, where / mode, accel=True, cache=cache, seed=seed)
+            measured[mode] = _measure(stock, run)
+            measured[mode]["events_x"] = stock.summary["events"] / run.summary["events"]
+        row["seeds"].append(measured)
+    return row
+
+
 def floors(name: str, out: Path, jitter_ns: int, draws: int) -> dict:
     scenario = ROOT / "scenarios" / f"{name}.yaml"
     stock = api.run(scenario, out / name / "stock")
@@ -176,9 +199,14 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=1, metavar="K", help="--floors: K jittered stock runs")
     parser.add_argument("--cc", choices=sorted(CC_MODES), help="RDMA scenarios with this congestion control")
     parser.add_argument("--repeat", type=int, metavar="N", help="stock, then N accelerated runs on one store")
+    parser.add_argument("--seeds", metavar="S,...", help="stock, memo cold and warm with each of these seeds")
     args = parser.parse_args()
-    if args.cc and (args.floors is not None or args.scaling or args.repeat):
+    if args.cc and (args.floors is not None or args.scaling or args.repeat or args.seeds):
         parser.error("--cc goes with the memo table only")
+    try:
+        seed_list = [int(x) for x in args.seeds.split(",")] if args.seeds else []
+    except ValueError:
+        parser.error(f"--seeds: expected seeds separated by commas, e.g. 1,2,3 (got {args.seeds!r})")
     if args.repeat is not None and args.repeat < 1:
         parser.error("--repeat: N must be at least 1")
     build_library()  # a changed patch compiles here, not inside the first timed run
@@ -210,6 +238,24 @@ def main() -> None:
                       f"{_pct(m['iteration_error_max'])} | {m['hits']} / {m['lookups']} | {m['records_written']} |",
                       flush=True)
         (args.out / "repeat.json").write_text(json.dumps(rows, indent=2) + "\n")
+        return
+    if seed_list:
+        print("| scenario | seed | stock loop s | stock events | loop x stock: cold, warm | events x stock: cold, warm | "
+              "FCT error mean / p99 (cold; warm) | service-time error p99 (cold; warm) | iteration error (cold; warm) |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        rows = []
+        for name in args.names:
+            r = seeds(name, args.out / name, seed_list)
+            rows.append(r)
+            for m in r["seeds"]:
+                c, w = m["cold"], m["warm"]
+                print(f"| {name} | {m['seed']} | {m['stock_loop_s']:.1f} | {m['stock_events']:,} | "
+                      f"{c['speedup_loop']:.1f}x, {w['speedup_loop']:.1f}x | {c['events_x']:.1f}x, {w['events_x']:.1f}x | "
+                      f"{_pct(c['fct_error']['mean'])} / {_pct(c['fct_error']['p99'])}; "
+                      f"{_pct(w['fct_error']['mean'])} / {_pct(w['fct_error']['p99'])} | "
+                      f"{_pct(c['service_error']['p99'])}; {_pct(w['service_error']['p99'])} | "
+                      f"{_pct(c['iteration_error_max'])}; {_pct(w['iteration_error_max'])} |", flush=True)
+        (args.out / "seeds.json").write_text(json.dumps(rows, indent=2) + "\n")
         return
     if args.scaling:
         print("| scenario | accel loop s, 1 iteration | accel loop s, 3 iterations | ratio | events ratio |")
