@@ -459,7 +459,7 @@ def test_a_replayed_flow_is_placed_on_its_recorded_clock_by_its_bytes_once_it_ha
     assert _clock_on_record(hit, 0, 50_000, 48_000, 300, 4096, 10_000) == 300
     assert _clock_on_record(hit, 1, 98_304, 1_500, 300, 4096, 10_000) == 300
     assert _clock_on_record(hit, 0, 98_304, 48_000, 300, 65_536, 10_000) == 300   # 50,304 bytes: under a step
-    assert _clock_on_record(hit, 0, 98_304, 48_000, 300, 4096, 500) == 600        # 1000 ns on: one step
+    assert _clock_on_record(hit, 0, 98_304, 48_000, 300, 4096, 500) == 600   # 1000 ns on, bounded by a 500 ns step
     assert _clock_on_record(hit, 2, 524_288, 1_000, 300, 4096, 10_000) == 100 - 10_000
 
 
