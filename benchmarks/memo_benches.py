@@ -72,6 +72,7 @@ def _measure(stock: api.RunResult, run: api.RunResult) -> dict:
     return {"loop_s": run.summary["wall_s"]["loop"], "speedup_loop": c["speedup_loop"],
             "fct_error": c["fct_error"], "service_error": c["service_error"],
             "iteration_error_max": c["iteration_error_max"],
+            "events_x": stock.summary["events"] / run.summary["events"],
             "skipped_fraction": c["skipped_fraction"], "simulated_by_collective": c["simulated_by_collective"],
             "hits": memo.get("hits"),
             "lookups": memo.get("lookups"), "records_written": memo.get("records_written")}
@@ -135,11 +136,7 @@ def repeat(name: str, out: Path, runs: int) -> dict:
     stock = api.run(scenario, out / "stock")
     row = {"scenario": name, "stock_loop_s": stock.summary["wall_s"]["loop"], "runs": []}
     for k in range(1, runs + 1):
-        run = api.run(scenario, out / f"run{k}", accel=True, cache=cache)
-        measured = _measure(stock, run)
-        measured["events_x"] = stock.summary["events"] / run.summary["events"]
-        measured["records_written"] = run.summary["accel"]["memo"]["records_written"]
-        row["runs"].append(measured)
+        row["runs"].append(_measure(stock, api.run(scenario, out / f"run{k}", accel=True, cache=cache)))
     return row
 
 
@@ -154,9 +151,7 @@ def seeds(name: str, out: Path, seed_list: list[int]) -> dict:
         stock = api.run(scenario, where / "stock", seed=seed)
         measured = {"seed": seed, "stock_loop_s": stock.summary["wall_s"]["loop"], "stock_events": stock.summary["events"]}
         for mode in ("cold", "warm"):
-            run = api.run(scenario, where / mode, accel=True, cache=cache, seed=seed)
-            measured[mode] = _measure(stock, run)
-            measured[mode]["events_x"] = stock.summary["events"] / run.summary["events"]
+            measured[mode] = _measure(stock, api.run(scenario, where / mode, accel=True, cache=cache, seed=seed))
         row["seeds"].append(measured)
     return row
 
