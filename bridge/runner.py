@@ -42,14 +42,25 @@ def _abort_message(stderr: str) -> str:
     return lines[-1].strip()[:300] if lines else "no message"
 
 
+def make_out_dir(path: str | os.PathLike) -> Path:
+    """Create the output folder `path` (and its parents) if needed; one that cannot be created (a
+    file in its place, no permission) is a WormholeError naming it, before any run starts."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        reason = "a file is in its place" if isinstance(e, FileExistsError) else e.strerror
+        raise WormholeError(f"{path}: cannot create the output folder ({reason})") from None
+    return path
+
+
 def run_child(module: str, payload: dict, out_dir: Path, progress: ProgressFn | None = None,
               timeout_s: float | None = None) -> dict:
     """Run `python -m module <payload json>` with a private output folder inside out_dir.
 
     Returns the child's final `result` message; its files are then moved into out_dir.
     """
-    out_dir = Path(out_dir).resolve()  # the child runs in its own folder: relative paths would move
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_out_dir(Path(out_dir).resolve())  # the child runs in its own folder: relative paths would move
     work = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
     payload = {**payload, "out": str(work)}
     stderr_path = work / ".stderr"

@@ -38,6 +38,7 @@ import pandas as pd
 import yaml
 
 from .errors import ScenarioError, WormholeError
+from .runner import make_out_dir
 from .scenario import Scenario, load_scenario, parse_scenario_dict
 from .scenario.load import _StrictLoader  # the scenario loader's YAML rules: duplicate keys are errors
 
@@ -236,7 +237,7 @@ def run_sweep(sweep: Sweep | str | os.PathLike, out_dir: str | os.PathLike, work
     tasks = []
     for point in sweep.points:
         point_dir = out / "points" / point.id
-        point_dir.mkdir(parents=True, exist_ok=True)
+        make_out_dir(point_dir)
         (point_dir / "scenario.yaml").write_text(yaml.safe_dump(point.data, sort_keys=False))
         tasks += [(str(point_dir / "scenario.yaml"), str(point_dir / mode), mode)
                   for mode in sweep.modes if not _done(point, point_dir / mode)]

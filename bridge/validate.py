@@ -26,6 +26,7 @@ import pandas as pd
 
 from . import api
 from .ns3.patches import build_library
+from .runner import make_out_dir
 from .report import plots
 from .report.validation import compare, fct_errors, floors, jitter_floor, render_markdown, within_noise_floor
 from .report.validation import noise_floor as noise_floor_of  # `noise_floor` is validate()'s flag
@@ -83,8 +84,7 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
         cand_name = f"stock-seed{cand_seed}"
     # The first child would otherwise compile changed ns3_patches inside its timed import.
     build_library()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_out_dir(out_dir)
     work = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
     try:
         def run(name: str, accel: bool, run_seed: int, **perturbation) -> api.RunResult:

@@ -87,6 +87,18 @@ def test_missing_scenario_file_is_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "nope.yaml" in proc.stderr
 
 
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path, command):
+    taken = tmp_path / "taken"
+    taken.write_text("a file the user keeps\n")
+    for out, reason in [(taken, "a file is in its place"), (taken / "sub", "Not a directory")]:
+        proc = wormhole(command, str(ROOT / "scenarios" / "tiny-leafspine.yaml"), "--out", str(out))
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == \
+            f"wormhole: error: {out}: cannot create the output folder ({reason})"
+    assert taken.read_text() == "a file the user keeps\n"
+
+
 def test_ns3_abort_in_child_becomes_an_error_and_keeps_old_files(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
     (tmp_path / "flows.csv").write_text("earlier results\n")

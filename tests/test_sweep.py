@@ -93,6 +93,16 @@ def test_cli_error_is_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "sweep.yaml: modes[0]" in proc.stderr
 
 
+def test_an_output_folder_taken_by_a_file_is_one_line(tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("kept\n")
+    proc = subprocess.run(sweep_cmd(TINY_SWEEP, taken), capture_output=True, text=True, cwd=ROOT,
+                          env=env(), timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert f"{taken}/points/" in proc.stderr and "cannot create the output folder" in proc.stderr
+    assert taken.read_text() == "kept\n"
+
+
 def test_interrupted_sweep_resumes_only_missing_runs_to_identical_results(tmp_path):
     clean, resumed = tmp_path / "clean", tmp_path / "resumed"
     proc = subprocess.run(sweep_cmd(TINY_SWEEP, clean), capture_output=True, text=True, cwd=ROOT, env=env(),
