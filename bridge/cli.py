@@ -168,6 +168,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .runner import make_out_dir
     from .sweep import load_sweep, run_sweep
 
     def interrupt(signum, frame):
@@ -177,6 +178,7 @@ def _sweep(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, interrupt)
     console = Console(stderr=True)
     sweep = load_sweep(args.sweep)  # before the progress display: an error stays one line
+    make_out_dir(args.out)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("runs"), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task(sweep.name, total=len(sweep.points) * len(sweep.modes))

@@ -99,7 +99,7 @@ def test_an_output_folder_taken_by_a_file_is_one_line(tmp_path):
     proc = subprocess.run(sweep_cmd(TINY_SWEEP, taken), capture_output=True, text=True, cwd=ROOT,
                           env=env(), timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
-    assert f"{taken}/points/" in proc.stderr and "cannot create the output folder" in proc.stderr
+    assert f"{taken}: cannot create the output folder (a file is in its place)" in proc.stderr
     assert taken.read_text() == "kept\n"
 
 
