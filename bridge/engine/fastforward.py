@@ -28,7 +28,8 @@ of flows too short to turn steady); at thaw each flow skips its transient bytes 
 bytes after them, and gets the stored congestion state (TCP: cwnd, ssthresh, DCTCP alpha; RDMA:
 the QP's rate, DCQCN target rate and alpha, HPCC reference rate and U, TIMELY reference rate and last
 RTT, or DCTCP alpha). Flows too short even for
-a truncated record go through its first part only, and keep their own congestion state.
+a truncated record go through its first part only, and keep their own congestion state; on DCQCN
+that first part may be all a partition of a short flow beside slower ones gets (_apply_or_watch).
 
 Episodes (RDMA, computed ends): a partition whose flows are all too short to be frozen steady is
 looked up by a graph labelled with each flow's bytes left, how long it has been sending and its
