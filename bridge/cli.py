@@ -63,6 +63,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from . import api
     from .errors import RunInterrupted
+    from .runner import make_out_dir
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt
@@ -75,6 +76,7 @@ def _run(args: argparse.Namespace) -> int:
         from .engine.memo import open_store
 
         open_store(args.cache)
+    make_out_dir(args.out)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("flows  sim {task.fields[sim]}"), TimeElapsedColumn(),
                   console=console, disable=args.quiet, transient=False) as bar:
@@ -134,11 +136,13 @@ def _validate(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .runner import make_out_dir
     from .scenario import load_scenario
     from .validate import console_table, validate
 
     console = Console(stderr=True)
     scenario = load_scenario(args.scenario)  # before the progress display: an error stays one line
+    make_out_dir(args.out)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("flows  sim {task.fields[sim]}"), TimeElapsedColumn(),
                   console=console, disable=args.quiet, transient=False) as bar:
