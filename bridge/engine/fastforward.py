@@ -29,7 +29,8 @@ bytes after them, and gets the stored congestion state (TCP: cwnd, ssthresh, DCT
 the QP's rate, DCQCN target rate and alpha, HPCC reference rate and U, TIMELY reference rate and last
 RTT, or DCTCP alpha). Flows too short even for
 a truncated record go through its first part only, and keep their own congestion state; on DCQCN
-that first part may be all a partition of a short flow beside slower ones gets (_apply_or_watch).
+and RDMA's DCTCP that first part may be all a partition of a short flow beside slower ones gets
+(_apply_or_watch).
 
 Episodes (RDMA, computed ends): a partition whose flows are all too short to be frozen steady is
 looked up by a graph labelled with each flow's bytes left, how long it has been sending and its
@@ -1176,18 +1177,19 @@ class FastForward:
             return
         # A flow that ends before a freeze could pay (min_freeze) ends the partition before the
         # steady test can pass. At line rate, every flow with less than `reach` left: no lookup
-        # (HPCC, TCP). DCQCN's records tell how fast their flows go, and flows sharing links may
-        # outlast min_freeze on a record's first part (_partial_ns): looked up while every flow
-        # has more than the margin left, and watched to record unless at their rates now (line
-        # rate for a flow too young to have one) one nears its end within min_freeze. (Pipeline
-        # sends beside ring steps: gpt-bench-dcqcn 15.6x -> 16.8x fewer events than stock cold,
-        # 28.0x -> 33.0x warm, 3 iterations 2.23x -> 1.96x one. On HPCC the same first parts put
+        # (HPCC, TCP). On RDMA's other congestion controls (DCQCN, DCTCP) records tell how fast
+        # their flows go, and flows sharing links may outlast min_freeze on a record's first part
+        # (_partial_ns): looked up while every flow has more than the margin left, and watched to
+        # record unless at their rates now (line rate for a flow too young to have one) one nears
+        # its end within min_freeze. (Pipeline sends beside ring steps: gpt-bench-dcqcn 15.6x ->
+        # 16.8x fewer events than stock cold, 28.0x -> 33.0x warm, 3 iterations 2.23x -> 1.96x
+        # one; on DCTCP 15.6x / 27.9x -> 16.8x / 32.8x. On HPCC the same first parts put
         # gpt-bench-hpcc's FCT p99 at 9.8 % against 6.0 %: a flow thawed inside a record resumes
         # with its window from before the freeze, which HPCC moves at every ACK.)
         line_rate = max(self.line_rate[self.conn_of[f]] for f in flows)
         unsent = {f: self._untransmitted(f) for f in flows}
         reach = self.spec.margin + self.spec.min_freeze * line_rate
-        if min(unsent.values()) < (self.spec.margin if self.net.fair_share_cc else reach):
+        if min(unsent.values()) < (self.spec.margin if self.net.rdma and not self.net.utilization_cc else reach):
             self.state[part.id].simulated = "too_short"
             return
         labels, rates = {}, {}
