@@ -1188,8 +1188,9 @@ class FastForward:
         # with its window from before the freeze, which HPCC moves at every ACK.)
         line_rate = max(self.line_rate[self.conn_of[f]] for f in flows)
         unsent = {f: self._untransmitted(f) for f in flows}
+        shortest = min(unsent.values())
         reach = self.spec.margin + self.spec.min_freeze * line_rate
-        if min(unsent.values()) < (self.spec.margin if self.net.rdma and not self.net.utilization_cc else reach):
+        if shortest < (self.spec.margin if self.net.rdma and not self.net.utilization_cc else reach):
             self.state[part.id].simulated = "too_short"
             return
         labels, rates = {}, {}
@@ -1217,7 +1218,7 @@ class FastForward:
             if partial_ns < self.spec.min_freeze:
                 if candidates:
                     self.memo.stats.not_applied += 1
-                if min(unsent.values()) < reach and any(
+                if shortest < reach and any(
                         unsent[f] - self.spec.margin < self.spec.min_freeze * (rates[f] or self.line_rate[self.conn_of[f]])
                         for f in flows):
                     st.simulated = "too_short"
