@@ -880,16 +880,17 @@ class FastForward:
     def _check_ends(self, pid: int, frozen: Frozen, now: int) -> None:
         """Flows `margin` bytes from the end of their sending. If their connection has a next flow
         queued (it takes over the byte stream), or no other flow of the partition sends data through
-        their ports, the end is computed. Else the partition thaws now and their ends are simulated,
-        as with flow_ends "simulated": their bytes in flight at a thaw would hold up the others,
-        bytes that in ns-3 would have left before the computed end."""
+        their ports, or every rate in the partition is its fair share (_shares_hold; the others'
+        changes are computed when it completes), the end is computed. Else the partition thaws now
+        and their ends are simulated, as with flow_ends "simulated": their bytes in flight at a
+        thaw would hold up the others, bytes that in ns-3 would have left before the computed end."""
         for flow in sorted(f for f, check in frozen.checks.items() if check <= now):
             del frozen.checks[flow]
             conn = self.conn_of[flow]
             if self.queued.get(conn):
                 continue
             if (self._data_through(frozen, flow, self.ports_of[conn].data)
-                    and self._share_gains(frozen, flow, now) is None):
+                    and self._shares_hold(frozen, flow, now) is None):
                 self._thaw(pid, now, planned=True)
                 return
 
@@ -997,16 +998,10 @@ class FastForward:
         changes because others did). None if the shares do not hold: another congestion control
         (HPCC climbs to freed capacity over round trips), a rate cut, a flow not yet steady, or
         rates FAIR_MATCH off their shares."""
-        if not self.net.fair_share_cc:
+        view = self._shares_hold(frozen, flow, now)
+        if view is None:
             return None
-        extra = flow if flow in frozen.done else -1
-        view = frozen.fair_view
-        if view is None or view.version != frozen.version or view.extra != extra:
-            view = frozen.fair_view = self._fair_view(frozen, extra, view)
         i = view.index[flow]
-        others_late = np.count_nonzero(view.steady_since > now) - (view.steady_since[i] > now)
-        if others_late or not view.at_shares:
-            return None
         rates, shares = view.rates, view.shares
         after = view.model.shares(rates, without=i)
         freed = self.ports_of[self.conn_of[flow]].data | self.ports_of[self.conn_of[flow]].acks
@@ -1019,6 +1014,21 @@ class FastForward:
         if gains and all(port is None for _, port in gains.values()):
             return None
         return gains
+
+    def _shares_hold(self, frozen: Frozen, flow: int, now: int) -> FairView | None:
+        """The fair-share view of `frozen` if every rate in it is its max-min fair share and steady
+        now (`flow`'s may be ahead): what a flow's check asks before its end is computed. (Most
+        ends then change nobody's rate: moe-8x7b-dcqcn's all-to-all flows checked 100,175 times,
+        and 3,252 of their ends asked for the gains.)"""
+        if not self.net.fair_share_cc:
+            return None
+        extra = flow if flow in frozen.done else -1
+        view = frozen.fair_view
+        if view is None or view.version != frozen.version or view.extra != extra:
+            view = frozen.fair_view = self._fair_view(frozen, extra, view)
+        i = view.index[flow]
+        others_late = np.count_nonzero(view.steady_since > now) - (view.steady_since[i] > now)
+        return None if others_late or not view.at_shares else view
 
     def _fair_view(self, frozen: Frozen, extra: int, last: FairView | None) -> FairView:
         """The fair-share test's view of `frozen` now (the model kept from `last` if its flows are
