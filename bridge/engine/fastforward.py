@@ -355,7 +355,8 @@ class PartitionState:
     frozen: Frozen | None = None
     forming: Forming | None = None
     # Why it is simulated when neither frozen nor watched for a record (--explain-events): it
-    # formed and waits for the steady test, its flows were too short for a record, or it thawed.
+    # formed and waits for the steady test, a flow of it was too near its end to look it up
+    # ("ending"), or to record it after a miss ("too_short"), or it thawed.
     simulated: str = "formed"
 
 
@@ -1201,7 +1202,7 @@ class FastForward:
         shortest = min(unsent.values())
         reach = self.spec.margin + self.spec.min_freeze * line_rate
         if shortest < (self.spec.margin if self.net.rdma and not self.net.utilization_cc else reach):
-            self.state[part.id].simulated = "too_short"
+            self.state[part.id].simulated = "ending"
             return
         labels, rates = {}, {}
         for f in flows:
