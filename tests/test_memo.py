@@ -486,6 +486,23 @@ def test_flows_too_short_for_a_truncated_record_apply_its_first_part(tmp_path):
     assert error.max() < 0.02, error.tolist()
 
 
+def test_a_partition_holding_a_flow_near_its_end_is_simulated_without_a_lookup(tmp_path):
+    """A 40 KB flow (less than the 64 KiB margin to send) starts beside a 4 MB one: their partition
+    is simulated as "ending", not looked up, until the short flow completes; the long flow alone is
+    then looked up once, and watched to record its transient."""
+    data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
+    data["flows"] = [{"src": 1, "dst": 0, "size": "4MB", "start": "0us"},
+                     {"src": 2, "dst": 0, "size": "40KB", "start": "0us"}]
+    data["accel"] = {**NO_EPISODES, "explain_events": True}
+    path = tmp_path / "ending.yaml"
+    path.write_text(yaml.safe_dump(data))
+    run = api.run(path, tmp_path / "run", accel=True, cache=tmp_path / "memo.whdb")
+    by = run.summary["accel"]["events_by"]
+    assert by["simulated_ending"]["events"] > 0 and by["watched_transient"]["events"] > 0
+    assert "simulated_too_short" not in by
+    assert run.summary["accel"]["memo"]["lookups"] == 1
+
+
 def test_a_graph_keeps_one_steady_and_one_truncated_record(tmp_path):
     flows, cg = incast(0)
     memo = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "t", warn=print)
