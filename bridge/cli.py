@@ -64,6 +64,7 @@ def _run(args: argparse.Namespace) -> int:
     from . import api
     from .errors import RunInterrupted
     from .runner import make_out_dir
+    from .scenario import with_accel_overrides
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt
@@ -72,6 +73,12 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, interrupt)
     console = Console(stderr=True)
     scenario = api.load_scenario(args.scenario)  # errors before the progress display stay one line
+    overrides = _accel_overrides(args)
+    with_accel_overrides(scenario, overrides)
+    engine_only = [f"--{name}" for name, given in (("no-ff", not args.ff), ("no-memo", not args.memo))
+                   if given] + [f"--{key.replace('_', '-')}" for key in overrides or {}]
+    if engine_only and not args.accel:   # else they would be ignored: a stock run
+        raise WormholeError(f"{', '.join(engine_only)}: only with --accel (without it the run is stock ns-3)")
     if args.accel and args.ff and args.memo:
         from .engine.memo import open_store
 
@@ -87,7 +94,7 @@ def _run(args: argparse.Namespace) -> int:
 
         try:
             result = api.run(scenario, args.out, accel=args.accel, fast_forward=args.ff, memo=args.memo,
-                             cache=args.cache, accel_overrides=_accel_overrides(args), seed=args.seed,
+                             cache=args.cache, accel_overrides=overrides, seed=args.seed,
                              stop_time_ns=args.stop_time, timeout_s=args.timeout, progress=progress)
         except RunInterrupted as e:
             if e.out_dir is None:
@@ -137,11 +144,13 @@ def _validate(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .runner import make_out_dir
-    from .scenario import load_scenario
+    from .scenario import load_scenario, with_accel_overrides
     from .validate import console_table, validate
 
     console = Console(stderr=True)
     scenario = load_scenario(args.scenario)  # before the progress display: an error stays one line
+    overrides = _accel_overrides(args)
+    with_accel_overrides(scenario, overrides)
     make_out_dir(args.out)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("flows  sim {task.fields[sim]}"), TimeElapsedColumn(),
@@ -159,7 +168,8 @@ def _validate(args: argparse.Namespace) -> int:
                           nudge_floor=args.nudge_floor, jitter_floor_ns=args.jitter_floor,
                           jitter_draws=args.jitter_draws,
                           candidate_accel=args.against_seed is None, candidate_seed=args.against_seed,
-                          memo=args.memo, cache=args.cache, accel_overrides=_accel_overrides(args), timeout_s=args.timeout, progress=progress)
+                          memo=args.memo, cache=args.cache, accel_overrides=overrides, timeout_s=args.timeout,
+                          progress=progress)
     console.print(console_table(result))
     console.print(f"report: {args.out / 'report.md'}")
     return 0

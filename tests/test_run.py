@@ -98,6 +98,23 @@ def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path, command):
     assert taken.read_text() == "a file the user keeps\n"
 
 
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_a_bad_engine_setting_is_one_line_before_anything_starts(tmp_path, command):
+    """A bad --theta is refused as the scenario's own errors are: one line, worded alike, before
+    the progress display and before the output folder is made."""
+    out = tmp_path / "out"
+    proc = wormhole(command, str(ROOT / "scenarios" / "tiny-leafspine.yaml"), "--out", str(out), "--theta", "7")
+    assert proc.returncode == 2 and proc.stderr == "wormhole: error: --theta: expected <= 1 (got 7.0)\n", proc.stderr
+    assert not out.exists()
+
+
+def test_engine_settings_without_accel_are_refused_not_ignored(tmp_path):
+    proc = wormhole("run", str(ROOT / "scenarios" / "tiny-leafspine.yaml"), "--out", str(tmp_path / "out"),
+                    "--no-memo", "--theta", "0.2")
+    assert proc.returncode == 2 and proc.stderr == \
+        "wormhole: error: --no-memo, --theta: only with --accel (without it the run is stock ns-3)\n", proc.stderr
+
+
 def test_ns3_abort_in_child_becomes_an_error_and_keeps_old_files(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
     (tmp_path / "flows.csv").write_text("earlier results\n")

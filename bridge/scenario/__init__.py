@@ -4,7 +4,7 @@
 already parsed (tests, sweeps). The schema is in `schema.py`, the checks across fields in `load.py`.
 """
 
-from bridge.scenario.load import load_scenario, parse_scenario_dict
+from bridge.scenario.load import load_scenario, parse_scenario_dict, with_accel_overrides
 from bridge.scenario.schema import (
     AccelSpec,
     FatTreeSpec,
@@ -16,7 +16,6 @@ from bridge.scenario.schema import (
     Scenario,
     TopologySpec,
     TransportSpec,
-    with_accel_overrides,
 )
 
 __all__ = [

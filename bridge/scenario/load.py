@@ -25,7 +25,7 @@ from bridge.scenario.hpcc_config import (
     parse_hpcc_config,
     resolve_rdma,
 )
-from bridge.scenario.schema import FlowSpec, LinkSpec, Scenario
+from bridge.scenario.schema import AccelSpec, FlowSpec, LinkSpec, Scenario
 from bridge.scenario.training import check_training, job_field
 from bridge.topology import Topology, build_topology, read_hpcc_topology
 from bridge.workload.flows import read_hpcc_flows
@@ -342,6 +342,26 @@ def _to_scenario_error(exc: ValidationError, where: str | None) -> ScenarioError
     else:
         message = f"{_reword(msg)} (got {_short(value)})"
     return ScenarioError(where, field or None, _one_line(message))
+
+
+def with_accel_overrides(scenario: Scenario, overrides: dict | None) -> Scenario:
+    """The scenario with fields of its `accel` block replaced (command-line --theta etc.).
+
+    Raises ScenarioError naming the option for a bad value, worded as a scenario's errors are.
+    """
+    if not overrides:
+        return scenario
+    try:
+        accel = AccelSpec.model_validate({**scenario.accel.model_dump(), **overrides})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        msg = first["msg"]
+        message = (msg.removeprefix("Value error, ") if msg.startswith("Value error, ")  # quotes the value
+                   else f"{_reword(msg)} (got {_short(first['input'])})")
+        raise ScenarioError(None, f"--{first['loc'][0].replace('_', '-')}", message) from None
+    updated = scenario.model_copy(update={"accel": accel})
+    updated._source_path = scenario.source_path
+    return updated
 
 
 _REWORDS = [  # pydantic's phrasing -> ours, applied in order

@@ -24,12 +24,10 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
-    ValidationError,
     ValidationInfo,
     field_validator,
 )
 
-from bridge.errors import ScenarioError
 from bridge.scenario.hpcc_config import (
     FRAME_OVERHEAD_BYTES,
     RdmaParameters,
@@ -341,20 +339,3 @@ class Scenario(_Spec):
                 holder[key] = {"sha256": hashlib.sha256(Path(holder[key]).read_bytes()).hexdigest()}
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def with_accel_overrides(scenario: Scenario, overrides: dict | None) -> Scenario:
-    """The scenario with fields of its `accel` block replaced (command-line --theta etc.).
-
-    Raises ScenarioError naming the option for a bad value.
-    """
-    if not overrides:
-        return scenario
-    try:
-        accel = AccelSpec.model_validate({**scenario.accel.model_dump(), **overrides})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ScenarioError(None, f"--{first['loc'][0]}", f"{first['input']!r}: {first['msg']}") from None
-    updated = scenario.model_copy(update={"accel": accel})
-    updated._source_path = scenario.source_path
-    return updated
