@@ -295,12 +295,21 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.set_defaults(handler=_sweep)
 
     cache = sub.add_parser("cache", help="inspect and manage the memo store")
-    cache.add_argument("action", choices=["stats", "verify", "clear", "export", "import"],
-                       help="verify exits 1 when a record is damaged; export/import take FILE")
-    cache.add_argument("file", type=Path, nargs="?", help="export: destination store; import: source store")
-    cache.add_argument("--cache", type=Path, help="the store (default: $WORMHOLE_CACHE, "
-                       "else ~/.cache/wormhole/memo.whdb)")
-    cache.set_defaults(handler=_cache)
+    store_help = "the store (default: $WORMHOLE_CACHE, else ~/.cache/wormhole/memo.whdb)"
+    cache.add_argument("--cache", type=Path, help=store_help)
+    # Each action its own parser, so that --cache may come before or after FILE.
+    actions = cache.add_subparsers(dest="action", required=True, metavar="{stats,verify,clear,export,import}")
+    for name, text, file_help in [
+            ("stats", "records per kind and configuration", None),
+            ("verify", "check every record's checksum; exits 1 when one is damaged", None),
+            ("clear", "delete the store", None),
+            ("export", "copy the store's records into FILE", "destination store"),
+            ("import", "add FILE's records to the store", "source store")]:
+        action = actions.add_parser(name, help=text)
+        action.add_argument("--cache", type=Path, default=argparse.SUPPRESS, help=store_help)
+        if file_help:
+            action.add_argument("file", type=Path, nargs="?", help=file_help)
+    cache.set_defaults(handler=_cache, file=None)
     return parser
 
 

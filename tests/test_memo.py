@@ -257,6 +257,10 @@ def test_cache_commands(runs, tmp_path, capsys):
     assert main(["cache", "export", str(tmp_path / "e.whdb"), "--cache", str(store)]) == 0
     assert main(["cache", "import", str(tmp_path / "e.whdb"), "--cache", str(tmp_path / "i.whdb")]) == 0
     assert len(MemoStore(tmp_path / "i.whdb").load().records) == 1
+    # --cache before the FILE, or before the action, names the same store
+    assert main(["cache", "export", "--cache", str(store), str(tmp_path / "e2.whdb")]) == 0
+    assert main(["cache", "--cache", str(tmp_path / "i2.whdb"), "import", str(tmp_path / "e2.whdb")]) == 0
+    assert len(MemoStore(tmp_path / "i2.whdb").load().records) == 1
     assert main(["cache", "clear", "--cache", str(store)]) == 0 and not store.exists()
     assert main(["cache", "export", "--cache", str(store)]) == 2
 
