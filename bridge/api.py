@@ -15,6 +15,7 @@ from typing import Callable
 
 import pandas as pd
 
+from .errors import ScenarioError
 from .runner import run_child
 from .scenario import Scenario, load_scenario, with_accel_overrides
 
@@ -60,6 +61,8 @@ def run(scenario: str | Path | Scenario, out_dir: str | Path | None = None, *, a
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)  # validate here: errors surface before any child starts
     with_accel_overrides(scenario, accel_overrides)  # a bad --theta etc. fails here, in one line
+    if seed is not None and (not isinstance(seed, int) or not 0 <= seed <= 2**32 - 1):
+        raise ScenarioError(None, "seed", f"expected an integer from 0 to {2**32 - 1} (got {seed!r})")
     if accel and fast_forward and memo:
         from .engine.memo import open_store
 

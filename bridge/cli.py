@@ -244,6 +244,23 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
+def _seed(text: str) -> int:
+    """As a scenario's `seed`: ns-3's run number is unsigned 32-bit."""
+    if not text.isdigit() or int(text) > 2**32 - 1:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {2**32 - 1}, got {text!r}")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wormhole", description=__doc__)
     parser.add_argument("--version", action="version", version=f"wormhole {__version__}")
@@ -252,9 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="simulate a scenario on ns-3 (stock mode)")
     run.add_argument("scenario", type=Path)
     run.add_argument("--out", type=Path, required=True, help="output folder")
-    run.add_argument("--seed", type=int, help="override the scenario's seed")
+    run.add_argument("--seed", type=_seed, help="override the scenario's seed")
     run.add_argument("--stop-time", type=_time_ns, help="cap on simulated time, e.g. 50ms")
-    run.add_argument("--timeout", type=float, help="wall-clock limit in seconds")
+    run.add_argument("--timeout", type=_seconds, help="wall-clock limit in seconds")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_accel_arguments(run)
     run.set_defaults(handler=_run)
@@ -272,15 +289,15 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--jitter-draws", type=_positive_int, default=1, metavar="K",
                           help="with --jitter-floor: K jittered stock runs, each its own draw (default 1); "
                                "the report gives their worst errors and the span of their iteration times")
-    validate.add_argument("--seed", type=int, help="override the scenario's seed (both runs)")
-    validate.add_argument("--timeout", type=float, help="wall-clock limit per run, in seconds")
+    validate.add_argument("--seed", type=_seed, help="override the scenario's seed (both runs)")
+    validate.add_argument("--timeout", type=_seconds, help="wall-clock limit per run, in seconds")
     validate.add_argument("--quiet", action="store_true", help="no progress bars")
     validate.add_argument("--memo", action=argparse.BooleanOptionalAction, default=True,
                           help="--no-memo: the accelerated run fast-forwards steady states only (ablation)")
     validate.add_argument("--cache", type=Path, help="memo store file for the accelerated run")
     _add_engine_settings(validate)
     # Testing: compare stock against stock on another seed instead of the accelerated run.
-    validate.add_argument("--against-seed", type=int, help=argparse.SUPPRESS)
+    validate.add_argument("--against-seed", type=_seed, help=argparse.SUPPRESS)
     validate.set_defaults(handler=_validate)
 
     check = sub.add_parser("check", help="validate a scenario and print what it contains")

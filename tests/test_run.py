@@ -108,6 +108,18 @@ def test_a_bad_engine_setting_is_one_line_before_anything_starts(tmp_path, comma
     assert not out.exists()
 
 
+def test_a_seed_or_time_limit_out_of_range_is_refused_before_the_run(tmp_path):
+    """A negative seed reached ns-3's unsigned run number (the child crashed); a negative time limit
+    stopped the run at once."""
+    for option, value in (("--seed", "-3"), ("--seed", "4294967296"), ("--timeout", "-1")):
+        proc = wormhole("run", str(ROOT / "scenarios" / "tiny-leafspine.yaml"), "--out", str(tmp_path / "o"),
+                        option, value)
+        assert proc.returncode == 2 and f"argument {option}: expected" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr and not (tmp_path / "o").exists()
+    with pytest.raises(ScenarioError, match="seed: expected an integer"):
+        api.run(ROOT / "scenarios" / "tiny-leafspine.yaml", None, seed=-1)
+
+
 def test_engine_settings_without_accel_are_refused_not_ignored(tmp_path):
     proc = wormhole("run", str(ROOT / "scenarios" / "tiny-leafspine.yaml"), "--out", str(tmp_path / "out"),
                     "--no-memo", "--theta", "0.2")
