@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import numbers
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,8 +62,10 @@ def run(scenario: str | Path | Scenario, out_dir: str | Path | None = None, *, a
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)  # validate here: errors surface before any child starts
     with_accel_overrides(scenario, accel_overrides)  # a bad --theta etc. fails here, in one line
-    if seed is not None and (not isinstance(seed, int) or not 0 <= seed <= 2**32 - 1):
-        raise ScenarioError(None, "seed", f"expected an integer from 0 to {2**32 - 1} (got {seed!r})")
+    if seed is not None:
+        if not isinstance(seed, numbers.Integral) or not 0 <= seed <= 2**32 - 1:
+            raise ScenarioError(None, "seed", f"expected an integer from 0 to {2**32 - 1} (got {seed!r})")
+        seed = int(seed)              # (a numpy integer would not go into the child's JSON)
     if accel and fast_forward and memo:
         from .engine.memo import open_store
 
