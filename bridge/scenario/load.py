@@ -337,11 +337,16 @@ def _to_scenario_error(exc: ValidationError, where: str | None) -> ScenarioError
     elif isinstance((err.get("ctx") or {}).get("error"), ParameterError):
         error = err["ctx"]["error"]  # transport.parameters: name the key
         field, message = _join(field, error.key), error.message
-    elif msg.startswith("Value error, "):
-        message = msg.removeprefix("Value error, ")  # our validators quote the value themselves
     else:
-        message = f"{_reword(msg)} (got {_short(value)})"
+        message = _plain_message(msg, value)
     return ScenarioError(where, field or None, _one_line(message))
+
+
+def _plain_message(msg: str, value: object) -> str:
+    """A pydantic message in our words, with the value it refused (our validators quote it)."""
+    if msg.startswith("Value error, "):
+        return msg.removeprefix("Value error, ")
+    return f"{_reword(msg)} (got {_short(value)})"
 
 
 def with_accel_overrides(scenario: Scenario, overrides: dict | None) -> Scenario:
@@ -355,10 +360,8 @@ def with_accel_overrides(scenario: Scenario, overrides: dict | None) -> Scenario
         accel = AccelSpec.model_validate({**scenario.accel.model_dump(), **overrides})
     except ValidationError as exc:
         first = exc.errors()[0]
-        msg = first["msg"]
-        message = (msg.removeprefix("Value error, ") if msg.startswith("Value error, ")  # quotes the value
-                   else f"{_reword(msg)} (got {_short(first['input'])})")
-        raise ScenarioError(None, f"--{first['loc'][0].replace('_', '-')}", message) from None
+        raise ScenarioError(None, f"--{first['loc'][0].replace('_', '-')}",
+                            _plain_message(first["msg"], first["input"])) from None
     updated = scenario.model_copy(update={"accel": accel})
     updated._source_path = scenario.source_path
     return updated
