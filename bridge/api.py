@@ -18,7 +18,7 @@ import pandas as pd
 
 from .errors import ScenarioError
 from .runner import run_child
-from .scenario import Scenario, load_scenario, with_accel_overrides
+from .scenario import MAX_SEED, Scenario, load_scenario, with_accel_overrides
 
 __all__ = ["RunResult", "load_scenario", "run", "read_results"]
 
@@ -63,8 +63,8 @@ def run(scenario: str | Path | Scenario, out_dir: str | Path | None = None, *, a
         scenario = load_scenario(scenario)  # validate here: errors surface before any child starts
     with_accel_overrides(scenario, accel_overrides)  # a bad --theta etc. fails here, in one line
     if seed is not None:
-        if not isinstance(seed, numbers.Integral) or not 0 <= seed <= 2**32 - 1:
-            raise ScenarioError(None, "seed", f"expected an integer from 0 to {2**32 - 1} (got {seed!r})")
+        if not isinstance(seed, numbers.Integral) or not 0 <= seed <= MAX_SEED:
+            raise ScenarioError(None, "seed", f"expected an integer from 0 to {MAX_SEED} (got {seed!r})")
         seed = int(seed)              # (a numpy integer would not go into the child's JSON)
     if accel and fast_forward and memo:
         from .engine.memo import open_store

@@ -245,9 +245,11 @@ def _positive_int(text: str) -> int:
 
 
 def _seed(text: str) -> int:
-    """As a scenario's `seed`: ns-3's run number is unsigned 32-bit."""
-    if not text.isdigit() or int(text) > 2**32 - 1:
-        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {2**32 - 1}, got {text!r}")
+    """As a scenario's `seed`."""
+    from .scenario import MAX_SEED
+
+    if not text.isdigit() or int(text) > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_SEED}, got {text!r}")
     return int(text)
 
 

@@ -6,6 +6,7 @@ already parsed (tests, sweeps). The schema is in `schema.py`, the checks across 
 
 from bridge.scenario.load import load_scenario, parse_scenario_dict, with_accel_overrides
 from bridge.scenario.schema import (
+    MAX_SEED,
     AccelSpec,
     FatTreeSpec,
     FlowSpec,
@@ -19,6 +20,7 @@ from bridge.scenario.schema import (
 )
 
 __all__ = [
+    "MAX_SEED",
     "AccelSpec",
     "FatTreeSpec",
     "FlowSpec",

@@ -39,6 +39,7 @@ from bridge.scenario.training import JobSpec, TrainingSpec
 from bridge.units import parse_rate, parse_size, parse_time
 
 _U32 = 2**32 - 1   # ns-3 attributes such as TcpSocket::SndBufSize are uint32
+MAX_SEED = _U32    # ns-3's run number
 _I64 = 2**63 - 1   # ns-3 Time is an int64 count of ns
 
 
@@ -308,7 +309,7 @@ class Scenario(_Spec):
     """
 
     name: Annotated[StrictStr, Field(min_length=1)]
-    seed: Annotated[StrictInt, Field(ge=0, le=_U32)] = 1
+    seed: Annotated[StrictInt, Field(ge=0, le=MAX_SEED)] = 1
     topology: TopologySpec
     transport: AnyTransportSpec = TransportSpec()
     flows: tuple[FlowSpec, ...] | None = None
