@@ -42,6 +42,9 @@ def _add_engine_settings(parser: argparse.ArgumentParser) -> None:
                         "(default), or each flow's end is simulated packet by packet")
     parser.add_argument("--episodes", action=argparse.BooleanOptionalAction,
                         help="RDMA memo: --no-episodes simulates every partition of short flows (ablation)")
+    parser.add_argument("--fair-start", action=argparse.BooleanOptionalAction,
+                        help="DCQCN: --no-fair-start waits for the steady test where a partition forms "
+                        "at its NICs' fair shares (ablation)")
     parser.add_argument("--explain-events", action="store_true", default=None,
                         help="count the simulated events by what the engine did with their partition and "
                         "by collective (summary.json accel.events_by)")
@@ -50,7 +53,8 @@ def _add_engine_settings(parser: argparse.ArgumentParser) -> None:
 def _accel_overrides(args: argparse.Namespace) -> dict | None:
     given = {k: v for k, v in (("theta", args.theta), ("window", args.window), ("tau", args.tau),
                                ("coarse", args.coarse), ("flow_ends", args.flow_ends),
-                               ("episodes", args.episodes), ("explain_events", args.explain_events))
+                               ("episodes", args.episodes), ("fair_start", args.fair_start),
+                               ("explain_events", args.explain_events))
              if v is not None}
     return given or None
 

@@ -217,16 +217,45 @@ def test_a_successor_thawed_within_its_last_lag_still_completes(tmp_path):
     # than what the QP had in flight at the freeze, so all its bytes are skipped; it completes with
     # the ACK of the last byte in flight (before, it never completed). That pipe is fuller than
     # the one of a stream about to end, so it is a few us late: 7 us here, with the new flow
-    # competing for the port.
+    # competing for the port. (Frozen as it forms at its NIC's fair share instead, the 4 MB flow's
+    # model sends from its start and the 40 KB flow completes at its computed end: below.)
     path = rdma_scenario(tmp_path, [{"src": 0, "dst": 5, "size": "4MB", "start": "0us"},
                                     {"src": 0, "dst": 5, "size": "40KB", "start": "100us"},
                                     {"src": 1, "dst": 5, "size": "1MB", "start": "346500ns"}])
-    accel = api.run(path, tmp_path / "accel", accel=True, memo=False, stop_time_ns=5_000_000)
+    accel = api.run(path, tmp_path / "accel", accel=True, memo=False, stop_time_ns=5_000_000,
+                    accel_overrides={"fair_start": False})
     assert accel.summary["flows_finished"] == 3
     flows = accel.flows.set_index("flow_id")
     assert flows.loc[1].bytes_skipped == 40_000 and flows.loc[1].head_ns < 346_500 < flows.loc[1].end_ns
     stock = api.run(path, tmp_path / "stock")
     assert fct_errors(stock.flows, accel.flows).max() < 0.05
+
+
+def test_a_partition_at_its_nics_fair_shares_is_frozen_as_it_forms(tmp_path):
+    # DCQCN QPs at line rate that share only their hosts' NICs send at the NICs' fair shares from
+    # their first frame: each partition freezes as it forms, with no steady test and no record.
+    # h2 sends 4 MB to h3 (its leaf) and 1 MB to h5 (the other leaf): they share h2's NIC, and
+    # when the 1 MB flow ends the 4 MB one takes the whole NIC, a lag (of its shorter path) after
+    # the 1 MB flow's last frame left; from the 1 MB flow's end instead it came out 2.1 us late.
+    # h0 sends 4 MB to h1 and 40 KB after it on the same QP. h6 -> h1 starts 2 us before the 40 KB
+    # flow's end and thaws both partitions (the first one through the ports of its completed 1 MB
+    # flow): each sender skips what it would have sent, a pipe ahead of what the model delivered
+    # (the 4 MB flow was 2.1 us late again without that), and the 40 KB flow, which has sent its
+    # last byte, completes at its computed end. Every end was 1.2 % late when a frame's time at a
+    # shared NIC was rounded up to whole ns.
+    path = rdma_scenario(tmp_path, [{"src": 2, "dst": 3, "size": "4MB", "start": "0us"},
+                                    {"src": 2, "dst": 5, "size": "1MB", "start": "0us"},
+                                    {"src": 0, "dst": 1, "size": "4MB", "start": "0us"},
+                                    {"src": 0, "dst": 1, "size": "40KB", "start": "100us"},
+                                    {"src": 6, "dst": 1, "size": "1MB", "start": "346500ns"}])
+    accel = api.run(path, tmp_path / "accel", accel=True, memo=False)
+    s = accel.summary["accel"]
+    assert s["fair_starts"] == 4 and s["checks"] == 0 and s["bytes_simulated"] == 0
+    stock = api.run(path, tmp_path / "stock")
+    assert fct_errors(stock.flows, accel.flows).max() < 0.001
+    # --no-fair-start waits for the steady test
+    assert main(["run", str(path), "--out", str(tmp_path / "steady"), "--accel", "--no-memo", "--no-fair-start"]) == 0
+    assert json.loads((tmp_path / "steady" / "summary.json").read_text())["accel"]["fair_starts"] == 0
 
 
 def test_flow_ends_is_chosen_on_the_command_line(tmp_path):
