@@ -277,7 +277,9 @@ def test_summary_reports_memo_counters(runs):
 TINY_MEMO_RDMA = REPO / "scenarios" / "tiny-memo-rdma.yaml"
 
 
-NO_EPISODES = {"episodes": False}   # the short flows then leave truncated records
+# The short flows then leave truncated records: not episodes, nor frozen at their NICs' fair shares
+# as they form (fair_start).
+TRUNCATED_RECORDS = {"episodes": False, "fair_start": False}
 
 
 @pytest.fixture(scope="module")
@@ -286,7 +288,7 @@ def rdma_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("memo-rdma")
     cache = tmp / "memo.whdb"
     return {"stock": api.run(TINY_MEMO_RDMA, tmp / "stock"),
-            "cold": api.run(TINY_MEMO_RDMA, tmp / "cold", accel=True, cache=cache, accel_overrides=NO_EPISODES),
+            "cold": api.run(TINY_MEMO_RDMA, tmp / "cold", accel=True, cache=cache, accel_overrides=TRUNCATED_RECORDS),
             "cache": cache}
 
 
@@ -348,7 +350,7 @@ def test_what_a_thaw_leaves_of_a_partition_is_looked_up(tmp_path):
     path.write_text(yaml.safe_dump(data))
     stock = api.run(path, tmp_path / "stock")
     cold = api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "m.whdb",
-                   accel_overrides={**NO_EPISODES, "explain_events": True})
+                   accel_overrides={**TRUNCATED_RECORDS, "explain_events": True})
     accel = cold.summary["accel"]
     assert (accel["memo"]["lookups"], accel["memo"]["hits"], accel["memo"]["records_written"]) == (4, 2, 2)
     assert "simulated_after_thaw" not in accel["events_by"]
@@ -478,7 +480,7 @@ def test_flows_too_short_for_a_truncated_record_apply_its_first_part(tmp_path):
     data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
     data["flows"] += [{"src": 5, "dst": 4, "size": "250KB", "start": "3500us"},
                       {"src": 6, "dst": 4, "size": "250KB", "start": "3500us"}]
-    data["accel"] = NO_EPISODES
+    data["accel"] = TRUNCATED_RECORDS
     path = tmp_path / "partial.yaml"
     path.write_text(yaml.safe_dump(data))
     stock = api.run(path, tmp_path / "stock")
@@ -497,7 +499,7 @@ def test_a_partition_holding_a_flow_near_its_end_is_simulated_without_a_lookup(t
     data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
     data["flows"] = [{"src": 1, "dst": 0, "size": "4MB", "start": "0us"},
                      {"src": 2, "dst": 0, "size": "40KB", "start": "0us"}]
-    data["accel"] = {**NO_EPISODES, "explain_events": True}
+    data["accel"] = {**TRUNCATED_RECORDS, "explain_events": True}
     path = tmp_path / "ending.yaml"
     path.write_text(yaml.safe_dump(data))
     run = api.run(path, tmp_path / "run", accel=True, cache=tmp_path / "memo.whdb")
@@ -523,7 +525,7 @@ def test_rdma_runs_on_the_same_store_state_are_identical(rdma_runs, tmp_path):
     for name in ("a", "b"):
         copy = tmp_path / f"{name}.whdb"
         copy.write_bytes(rdma_runs["cache"].read_bytes())
-        run = api.run(TINY_MEMO_RDMA, tmp_path / name, accel=True, cache=copy, accel_overrides=NO_EPISODES)
+        run = api.run(TINY_MEMO_RDMA, tmp_path / name, accel=True, cache=copy, accel_overrides=TRUNCATED_RECORDS)
         assert run.summary["accel"]["memo"]["records_truncated"] == 0   # all loaded: nothing new to record
         outputs.append((tmp_path / name / "flows.csv").read_bytes())
     assert outputs[0] == outputs[1]
@@ -802,9 +804,9 @@ def test_explained_events_add_up_and_show_what_the_memo_missed(tmp_path):
     nothing in the run: cold, events go to the transients the memo records; warm, none do."""
 
     cache = tmp_path / "memo.whdb"
-    explain = {**NO_EPISODES, "explain_events": True}
+    explain = {**TRUNCATED_RECORDS, "explain_events": True}
     plain = api.run(TINY_MEMO_RDMA, tmp_path / "plain", accel=True, cache=tmp_path / "other.whdb",
-                    accel_overrides=NO_EPISODES)
+                    accel_overrides=TRUNCATED_RECORDS)
     cold = api.run(TINY_MEMO_RDMA, tmp_path / "cold", accel=True, cache=cache, accel_overrides=explain)
     warm = api.run(TINY_MEMO_RDMA, tmp_path / "warm", accel=True, cache=cache, accel_overrides=explain)
     assert "events_by" not in plain.summary["accel"]
