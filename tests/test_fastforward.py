@@ -241,8 +241,8 @@ def test_a_partition_at_its_nics_fair_shares_is_frozen_as_it_forms(tmp_path):
     # flow's end and thaws both partitions (the first one through the ports of its completed 1 MB
     # flow): each sender skips what it would have sent, a pipe ahead of what the model delivered
     # (the 4 MB flow was 2.1 us late again without that), and the 40 KB flow, which has sent its
-    # last byte, completes at its computed end. Every end was 1.2 % late when a frame's time at a
-    # shared NIC was rounded up to whole ns.
+    # last byte, completes at its computed end. The flows sharing h2's NIC were 1.2 % late while the
+    # fair-share model rounded a frame's time up to whole ns.
     path = rdma_scenario(tmp_path, [{"src": 2, "dst": 3, "size": "4MB", "start": "0us"},
                                     {"src": 2, "dst": 5, "size": "1MB", "start": "0us"},
                                     {"src": 0, "dst": 1, "size": "4MB", "start": "0us"},
