@@ -793,7 +793,7 @@ class FastForward:
                 frozen.order[self.conn_of[flow]] = [flow]
         elif self.computed_ends and (frozen.memo is None or not frozen.memo.truncated):
             frozen.until_ns = NEVER                        # it thaws when something touches it
-            nic_flows = Counter(self.hops[self.conn_of[f]][0][0][0] for f in frozen.rates) if frozen.at_shares else None
+            nic_flows = Counter(self._nic(self.conn_of[f]) for f in frozen.rates) if frozen.at_shares else None
             for flow in sorted(frozen.rates):
                 conn = self.conn_of[flow]
                 frozen.in_flight[conn] = self._left(flow) - self._untransmitted(flow)
@@ -803,7 +803,7 @@ class FastForward:
                 elif frozen.at_shares:
                     # The lag counts its last frame's time at the NIC, where the QPs sharing it
                     # send their last frames in turn: each ends at the middle of that turn.
-                    nic = self.hops[conn][0][0][0]
+                    nic = self._nic(conn)
                     ahead = self._frame_ns[nic] * (nic_flows[nic] + 1) / 2
                     frozen.wire[flow] = frozen.rates[flow] * (self.lag_ns[conn] - ahead) - frozen.in_flight[conn]
                 self._plan_end(frozen, flow)
@@ -1081,14 +1081,22 @@ class FastForward:
             conn = self.conn_of[f]
             if conn in frozen.line_rate_conns:
                 continue
-            self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
-            if self._cc_buf[0] < self.line_rate[conn] * 8e9 * (1 - 1e-6):
+            if not self._paces_at_line_rate(conn):
                 return view
             frozen.line_rate_conns.add(conn)
         view.model = last.model if last is not None and last.flows == flows else self._fair_model(flows)
         view.shares = view.model.shares(rates)
         view.at_shares = not np.any((view.shares <= 0) | (np.abs(view.shares - rates) > FAIR_MATCH * view.shares))
         return view
+
+    def _paces_at_line_rate(self, conn: int) -> bool:
+        """Whether the connection's QP sends at its line rate (DCQCN never cut it)."""
+        self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
+        return self._cc_buf[0] >= self.line_rate[conn] * 8e9 * (1 - 1e-6)
+
+    def _nic(self, conn: int) -> int:
+        """The port the connection's data leaves its sender by."""
+        return self.hops[conn][0][0][0]
 
     def _fair_model(self, flows: list[int], hosts_only: bool = False) -> AckedShares:
         """The max-min fair payload rates of `flows` over their data ports (`hosts_only`: over the
@@ -1129,10 +1137,8 @@ class FastForward:
         conns = [self.conn_of[f] for f in flows]
         if self.episodes and max(self._left(f) for f in flows) < self._episode_bound(flows):
             return False
-        for conn in conns:
-            self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
-            if self._cc_buf[0] < self.line_rate[conn] * 8e9 * (1 - 1e-6):
-                return False
+        if not all(self._paces_at_line_rate(conn) for conn in conns):
+            return False
         if any(self._untransmitted(f) == 0 for f in flows):
             return False
         soon = self.known_starts(now + self.spec.min_freeze)
