@@ -258,6 +258,43 @@ def test_a_partition_at_its_nics_fair_shares_is_frozen_as_it_forms(tmp_path):
     assert json.loads((tmp_path / "steady" / "summary.json").read_text())["accel"]["fair_starts"] == 0
 
 
+def test_a_flow_starting_where_the_nics_fair_shares_still_hold_joins_the_frozen_partition(tmp_path):
+    # h2 -> h3 (4 MB) freezes at its NIC's share as it starts, though h2 -> h1 is known to start
+    # within min_freeze on the same NIC: the shares with it are still the NICs' (half each). It
+    # joins the frozen partition as it starts, its QP held, and the 4 MB flow's deliveries halve
+    # a lag later. h7 -> h2 starts 200 ns after that, its data meeting h2's flows' ACKs at h2's
+    # link: not the NICs' shares, so the partition thaws, and the joined flow skips what it sent
+    # in 200 ns (the thaw once skipped it a whole pipe, 98 KB of a 384 KB pipeline send on
+    # gpt-bench-dcqcn).
+    path = rdma_scenario(tmp_path, [{"src": 2, "dst": 3, "size": "4MB", "start": "0us"},
+                                    {"src": 2, "dst": 1, "size": "1MB", "start": "19900ns"},
+                                    {"src": 7, "dst": 2, "size": "1MB", "start": "20100ns"}])
+    accel = api.run(path, tmp_path / "accel", accel=True, memo=False)
+    s = accel.summary["accel"]
+    assert s["fair_joins"] == 1 and s["skip_backs"] == 1
+    assert list(pd.read_csv(tmp_path / "accel" / "partitions.csv")["start_ns"])[:2] == [0, 20_100]
+    stock = api.run(path, tmp_path / "stock")
+    assert fct_errors(stock.flows, accel.flows).max() < 0.001
+
+
+def test_hpcc_qps_sharing_a_nic_below_u_target_are_frozen_as_they_form(tmp_path):
+    # HPCC keeps each link it measures below U_TARGET: h2's two QPs at half its NIC each load no
+    # switch port past half, climb to line rate and stay bound by the NIC; the partition freezes
+    # as it forms. h0's lone QP would fill the link to h1 (HPCC cuts it to U_TARGET): that one
+    # waits for the steady test. With a frame counted 2 bytes long (1082 for 1080: 87 ns for 86
+    # at 100 Gbps), h2's flows came out 1 % late.
+    path = rdma_scenario(tmp_path, [{"src": 2, "dst": 3, "size": "4MB", "start": "0us"},
+                                    {"src": 2, "dst": 5, "size": "1MB", "start": "0us"},
+                                    {"src": 0, "dst": 1, "size": "4MB", "start": "0us"}], cc="hpcc")
+    accel = api.run(path, tmp_path / "accel", accel=True, memo=False)
+    assert accel.summary["accel"]["fair_starts"] == 1
+    steady = api.run(path, tmp_path / "steady", accel=True, memo=False, accel_overrides={"fair_start": False})
+    assert steady.summary["accel"]["fair_starts"] == 0
+    assert accel.summary["events"] < 0.8 * steady.summary["events"]
+    stock = api.run(path, tmp_path / "stock")
+    assert fct_errors(stock.flows, accel.flows).max() < 0.003
+
+
 def test_flow_ends_is_chosen_on_the_command_line(tmp_path):
     path = rdma_scenario(tmp_path, [{"src": 0, "dst": 5, "size": "4MB", "start": "0us"},
                                     {"src": 0, "dst": 5, "size": "2MB", "start": "50us"}])

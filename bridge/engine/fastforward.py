@@ -90,6 +90,10 @@ LINK_BOUND = 0.98     # a flow whose frames and the ACKs crossing its link fill 
 # delivered 1.2-1.5 % above the modelled shares while the model rounded frame times up (gpt-13b-dcqcn:
 # 82 of 89 partitions; the rest 5 % off); the change at an end is taken as the ratio of the shares.
 FAIR_MATCH = 0.02
+# HPCC fair starts (_nic_bound_on_utilization): switch ports loaded below U_TARGET by this fraction
+# of it, QPs pacing above their NIC shares by this fraction of their rate.
+HPCC_LOAD_MARGIN = 0.05
+HPCC_PACING_MARGIN = 0.1
 # Episode labels give a flow's age in steps of spec.episode_age_step; within a step each flow is
 # timed from its own start (Episode.leads). Past the first round trip their bytes left tell flows
 # apart anyway: on moe-bench, 1 us steps let 66-68 all-to-alls replay cold (3.6x fewer events than
@@ -252,10 +256,14 @@ class Frozen:
                 return 0
             shift, t = at_ns - self.since_ns, self.memo.transient_ns   # interrupted during the transient
             return self.memo.bytes[flow] * max(0, shift) // t
-        if self.at_shares and flow not in self.joined:
-            delivered -= self.wire[flow]      # its deliveries at its share start a lag after its sends
+        if self.at_shares:                    # (not a successor: it goes on from its predecessor's)
+            delivered -= self.wire.get(flow, 0.0)   # its deliveries at its share start a lag after its sends
         return int(delivered + self.rates[flow] * (at_ns - start)
                    + sum(added * (at_ns - t) for t, added in self.changes.get(flow, ()) if t < at_ns))
+
+    def pipe(self, flow: int, at_ns: int, lag: float) -> float:
+        """Bytes the model has `flow` deliver in the `lag` after `at_ns` (not an episode)."""
+        return self._delivered(flow, round(at_ns + lag)) - self._delivered(flow, at_ns)
 
     def past_left(self, flow: int, at_ns: int) -> bool:
         """Whether the model has delivered the `left` bytes of `flow` by `at_ns` (not an episode)."""
@@ -279,6 +287,14 @@ class Frozen:
         changes.sort()
         self.version += 1
 
+    def start(self, flow: int, rate: float, at_ns: int, wire: float) -> None:
+        """`flow` starts inside the partition at `at_ns` on a connection of its own, sending at
+        `rate`: its deliveries lag its sends by `wire` bytes."""
+        self.joined[flow] = at_ns
+        self.rates[flow] = rate
+        self.wire[flow] = wire
+        self.version += 1
+
     def join(self, successor: int, flow: int, at_ns: int) -> None:
         """`successor` takes over from `flow` at `at_ns`, at its rate and with its changes to come."""
         self.joined[successor] = at_ns
@@ -295,8 +311,7 @@ class Frozen:
         a hit needs flows that outlast it, and their deliveries lag the model's by `wire`)."""
         left = self.left[flow]
         t, delivered = self._steady_from(flow)
-        if flow not in self.joined:
-            left += self.wire.get(flow, 0.0)
+        left += self.wire.get(flow, 0.0)      # (none for a successor)
         rate = self.rates[flow]
         for at, added in self.changes.get(flow, ()):
             if at > t:
@@ -388,6 +403,7 @@ class FastForwardStats:
     episodes_interrupted: int = 0  # episode hits thawed before their last flow completed (skip-backs)
     episode_joins: int = 0        # flows an episode hit expected that started inside it, still frozen
     fair_starts: int = 0          # partitions frozen at their fair shares as they formed
+    fair_joins: int = 0           # flows that started inside such a partition, its shares holding
     checks: int = 0
     control_s: float = 0.0        # wall time in this controller (detection, freeze, thaw)
     intervals: list[ModeInterval] = field(default_factory=list)
@@ -468,7 +484,10 @@ class FastForward:
         self.formed: set[int] = set()                    # partitions formed since the last prepare()
         self.n_read = 0                                  # samples in times/delivered at the last read
         self.episodes = self.memo is not None and self.computed_ends and spec.episodes
-        self.fair_start = enabled and self.computed_ends and net.fair_share_cc and spec.fair_start
+        self.fair_start = enabled and self.computed_ends and (net.fair_share_cc or net.u_target > 0) \
+            and spec.fair_start
+        # (pid, the partition's flows' shares with it, its share): a flow absorbs() let join.
+        self.joining: tuple[int, dict[int, float], float] | None = None
         self.host_port = np.array([label.startswith("h") for label in ports.labels])
         self._queue_buf = np.zeros(max(1, net.n_ports), dtype=np.uint32)
         self.episode_of: dict[int, Episode] = {}         # flow -> the episode watched that holds it
@@ -493,6 +512,12 @@ class FastForward:
         path = self._connection_path(conn)
         self.conn_of[flow] = conn
         touched = self.parts.touching(path)
+        if self.joining is not None:                       # as absorbs() found it
+            pid, shares, share = self.joining
+            self.joining = None
+            self._fair_join(self.state[pid].frozen, flow, conn, path, hosts, shares, share, now)
+            self.stats.control_s += time.perf_counter() - t0
+            return
         if flow in self.expected_in:
             held = self.absorbs(flow, conn, now)          # as the executor started it
             holder = self.expected_in.pop(flow)
@@ -566,13 +591,17 @@ class FastForward:
         return path
 
     def absorbs(self, flow: int, conn: int, now: int) -> bool:
-        """Whether `flow`, starting now on `conn`, starts inside the frozen episode that expects it
-        then, its QP held: it touches no other partition. The executor asks before it starts it."""
+        """Whether `flow`, starting now on `conn`, starts inside a frozen partition, its QP held:
+        the episode that expects it then, if it touches no other partition, or one at its NICs'
+        fair shares that it joins (_fair_join_shares). The executor asks before it starts it."""
         frozen = self.expected_in.get(flow)
-        if not isinstance(frozen, Frozen) or frozen.expected[flow] != now:
-            return False
-        pid = self.parts.of_flow[next(iter(frozen.rates))]
-        return self.parts.touching(self._connection_path(conn)) <= {pid}
+        if frozen is not None:
+            if not isinstance(frozen, Frozen) or frozen.expected[flow] != now:
+                return False
+            pid = self.parts.of_flow[next(iter(frozen.rates))]
+            return self.parts.touching(self._connection_path(conn)) <= {pid}
+        self.joining = self._fair_join_shares(conn) if self.fair_start and self.net.fair_share_cc else None
+        return self.joining is not None
 
     def flow_queued(self, conn: int) -> None:
         """A flow was released onto `conn` behind unfinished ones: it starts when they end."""
@@ -838,10 +867,11 @@ class FastForward:
             ahead = {f: min(now - self.head_since[f], lag) if episode and not shed else 0 for f in flows}
             owed = sum(frozen.skipped_bytes(flow, shift + ahead[flow]) for flow in flows)
             if frozen.at_shares:
-                # The model counts deliveries; the sender is a pipe ahead at the rate it sends at
-                # now, less the bytes in flight since the freeze (a fresh flow's few; after a
-                # rate change, a pipe of the old rate): it skips what it would have sent.
-                owed += round(frozen.rate_at(flows[-1], now) * self.lag_ns[conn] - frozen.in_flight[conn])
+                # The model counts deliveries; the sender is a pipe ahead, what the model has it
+                # deliver in the next lag (a rate its sends took up to a lag ago, as another flow
+                # joined its NIC), less the bytes in flight since the freeze (a fresh flow's few;
+                # after a rate change, a pipe of the old rate): it skips what it would have sent.
+                owed += round(frozen.pipe(flows[-1], now, self.lag_ns[conn]) - frozen.in_flight[conn])
             elif memo is None and frozen.in_flight:
                 # Steady: the bytes in flight at the freeze are the pipe at its rate then; a gain
                 # since adds to the pipe what the sender sent ahead (2.1 us late without, a test).
@@ -1084,7 +1114,7 @@ class FastForward:
             if not self._paces_at_line_rate(conn):
                 return view
             frozen.line_rate_conns.add(conn)
-        view.model = last.model if last is not None and last.flows == flows else self._fair_model(flows)
+        view.model = last.model if last is not None and last.flows == flows else self._fair_model([self.conn_of[f] for f in flows])
         view.shares = view.model.shares(rates)
         view.at_shares = not np.any((view.shares <= 0) | (np.abs(view.shares - rates) > FAIR_MATCH * view.shares))
         return view
@@ -1098,19 +1128,18 @@ class FastForward:
         """The port the connection's data leaves its sender by."""
         return self.hops[conn][0][0][0]
 
-    def _fair_model(self, flows: list[int], hosts_only: bool = False) -> AckedShares:
-        """The max-min fair payload rates of `flows` over their data ports (`hosts_only`: over the
+    def _fair_model(self, conns: list[int], hosts_only: bool = False) -> AckedShares:
+        """The max-min fair payload rates of the flows of `conns` over their data ports (`hosts_only`: over the
         hosts' NICs alone): a port carries its line rate less the ACKs crossing it, each frame's time
         rounded to the nearest ns as ns-3 does; a QP paces its frames at its line rate, one per
         whole ns above a frame's time (it wakes on the ns)."""
         net = self.net
-        conns = [self.conn_of[f] for f in flows]
         edges = []
         for side in (0, 1):                      # data, ACKs
             ports = [self.port_arrays[c][side] for c in conns]
             if hosts_only:
                 ports = [a[self.host_port[a]] for a in ports]
-            edges.append((np.repeat(np.arange(len(flows)), [len(a) for a in ports]), np.concatenate(ports)))
+            edges.append((np.repeat(np.arange(len(conns)), [len(a) for a in ports]), np.concatenate(ports)))
         return AckedShares(net.h.wh, edges[0], edges[1], self._caps(conns), self._frame_ns, self._ack_ns,
                            net.payload_bytes, net.acked_per_ack)
 
@@ -1137,38 +1166,94 @@ class FastForward:
         conns = [self.conn_of[f] for f in flows]
         if self.episodes and max(self._left(f) for f in flows) < self._episode_bound(flows):
             return False
-        if not all(self._paces_at_line_rate(conn) for conn in conns):
+        hpcc = self.net.u_target > 0
+        if not hpcc and not all(self._paces_at_line_rate(conn) for conn in conns):
             return False
         if any(self._untransmitted(f) == 0 for f in flows):
             return False
-        soon = self.known_starts(now + self.spec.min_freeze)
-        if any(self._connection_path(conn) & part.ports for _, _, conn, _, _ in soon):
+        if self._queued_on_switches(conns):
             return False
-        self.net.builder.ReadQueueBytes(self._queue_buf)
-        data = np.concatenate([self.port_arrays[c][0] for c in conns])
-        switch = data[~self.host_port[data]]
-        if np.any(self._queue_buf[switch] > 0):
+        shares = self._nic_shares(conns)
+        if shares is None or hpcc and not self._nic_bound_on_utilization(flows, shares):
             return False
-        caps = self._caps(conns)
-        shares = self._fair_model(flows).shares(caps)
-        nics = self._fair_model(flows, hosts_only=True).shares(caps)
-        if np.any(shares <= 0) or np.any(np.abs(shares - nics) > 1e-9 * nics) or self._merging_full(flows, shares):
+        soon = [(conn, path) for _, _, conn, _, _ in self.known_starts(now + self.spec.min_freeze)
+                if (path := self._connection_path(conn)) & part.ports]
+        if soon and (hpcc or not self._joinable(part, conns, soon)):
             return False
         self._freeze(part, self.state[part.id], Frozen(group=-1, since_ns=now, until_ns=NEVER,
                                                       rates=dict(zip(flows, shares.tolist())), at_shares=True), now)
         self.stats.fair_starts += 1
         return True
 
-    def _merging_full(self, flows: list[int], shares: np.ndarray) -> bool:
+    def _queued_on_switches(self, conns: list[int]) -> bool:
+        """Whether a switch port on the data path of one of `conns` holds queued bytes."""
+        self.net.builder.ReadQueueBytes(self._queue_buf)
+        data = np.concatenate([self.port_arrays[c][0] for c in conns])
+        return bool(np.any(self._queue_buf[data[~self.host_port[data]]] > 0))
+
+    def _nic_shares(self, conns: list[int]) -> np.ndarray | None:
+        """The max-min fair shares of QPs of `conns` paced at line rate, if they are those of the
+        hosts' NICs alone and no switch port merges them full (_merging_full); else None."""
+        caps = self._caps(conns)
+        shares = self._fair_model(conns).shares(caps)
+        nics = self._fair_model(conns, hosts_only=True).shares(caps)
+        if np.any(shares <= 0) or np.any(np.abs(shares - nics) > 1e-9 * nics) or self._merging_full(conns, shares):
+            return None
+        return shares
+
+    def _joinable(self, part: Partition, conns: list[int], soon: list[tuple[int, frozenset[int]]]) -> bool:
+        """Whether the flows known to start on the partition's ports within min_freeze (`soon`:
+        connection, ports) can each join it frozen (_fair_join): they touch no other partition,
+        their QPs pace at line rate, and the NICs' fair shares still hold with all of them. (A
+        connection of the partition's own: its next flow, which takes over in turn.)"""
+        added = []
+        for conn, path in soon:
+            if conn in conns or conn in added:
+                continue
+            if self.parts.touching(path) - {part.id} or not self._paces_at_line_rate(conn):
+                return False
+            added.append(conn)
+        return not added or self._nic_shares(conns + added) is not None
+
+    def _nic_bound_on_utilization(self, flows: list[int], shares: np.ndarray) -> bool:
+        """HPCC: whether QPs sending at these NIC shares stay bound by their NICs for min_freeze
+        at least. Every switch port is loaded below U_TARGET with a margin (HPCC_LOAD_MARGIN), so
+        no QP is cut and each climbs to line rate; and each paces now with HPCC_PACING_MARGIN above
+        its share, so its NIC binds from the first frame, the few percent a utilization still
+        above U_TARGET from before takes off its rate included. Its ends beside others' data are
+        simulated (the partition thaws `margin` bytes before): a partition that would thaw sooner
+        is not frozen (it would freeze again as the thaw re-forms it)."""
+        if any(self._untransmitted(f) - self.spec.margin < self.spec.min_freeze * share
+               for f, share in zip(flows, shares.tolist())):
+            return False
+        conns = [self.conn_of[f] for f in flows]
+        load, _ = self._switch_loads(conns, shares)
+        if any(l >= self.net.u_target * (1 - HPCC_LOAD_MARGIN) for l in load.values()):
+            return False
+        net = self.net
+        for conn, share in zip(conns, shares.tolist()):
+            self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
+            pacing = net.payload_bytes / math.ceil(net.data_frame_bytes * 8e9 / self._cc_buf[0])
+            if pacing * (1 - HPCC_PACING_MARGIN) < share:
+                return False
+        return True
+
+    def _merging_full(self, conns: list[int], shares: np.ndarray) -> bool:
         """Whether a switch port that merges the frames of more than two ports before it (data and
         ACKs) is loaded past LINK_BOUND at these shares. Two streams of one period interleave with a
         frame of queue at most; more, whose periods the NICs' turns and ACKs vary, build a queue
         that a full port never drains, and DCQCN cuts rates on its marks."""
+        load, sources = self._switch_loads(conns, shares)
+        return any(len(sources[p]) > 2 and load[p] > LINK_BOUND for p in load)
+
+    def _switch_loads(self, conns: list[int], shares: np.ndarray) -> tuple[dict[int, float], dict[int, set[int]]]:
+        """Per switch port the connections cross: its load (the fraction of its time their data
+        and ACK frames take at these payload rates), and the ports those frames come from."""
         net = self.net
         load: dict[int, float] = {}
         sources: dict[int, set[int]] = {}
-        for f, share in zip(flows, shares.tolist()):
-            data, acks = self.hops[self.conn_of[f]]
+        for conn, share in zip(conns, shares.tolist()):
+            data, acks = self.hops[conn]
             for hops, frames in ((data, share / net.payload_bytes), (acks, share / net.acked_per_ack)):
                 before = -1
                 for port, _ in hops:
@@ -1177,7 +1262,7 @@ class FastForward:
                         load[port] = load.get(port, 0.0) + frames * ns
                         sources.setdefault(port, set()).add(before)
                     before = port
-        return any(len(sources[p]) > 2 and load[p] > LINK_BOUND for p in load)
+        return load, sources
 
     def _boost(self, frozen: Frozen, flow: int, added: float, at_ns: float, now: int) -> None:
         """`flow` runs faster by `added` (slower if negative) from `at_ns`: a new computed end. From
@@ -1275,6 +1360,59 @@ class FastForward:
         frozen.held[conn] = frozen.since_ns if conn in frozen.order else now
         frozen.order.setdefault(conn, []).append(flow)
         self.stats.episode_joins += 1
+
+    def _fair_join_shares(self, conn: int) -> tuple[int, dict[int, float], float] | None:
+        """A flow starting on idle `conn` whose ports touch one partition, frozen at its NICs' fair
+        shares: if its QP paces at line rate, nothing is queued on its switch ports, and the
+        shares hold with it (the partition's rates being its shares without it), the partition,
+        its flows' shares with it and its own (it joins frozen: _fair_join); else None. (Ring
+        steps start one by one, each when its predecessor's chunk arrived: gpt-bench-dcqcn's
+        starts within min_freeze of a partition forming kept it from freezing at its shares.)"""
+        touched = self.parts.touching(self._connection_path(conn))
+        if len(touched) != 1:
+            return None
+        pid = next(iter(touched))
+        frozen = self.state[pid].frozen
+        if frozen is None or not frozen.at_shares or conn in frozen.order:
+            return None
+        if not self._paces_at_line_rate(conn) or self._queued_on_switches([conn]):
+            return None
+        running = sorted(f for f in frozen.rates if f not in frozen.done)
+        if not running:           # (every flow completed, the connections vacant)
+            return None
+        conns = [self.conn_of[f] for f in running]
+        before, shares = self._nic_shares(conns), self._nic_shares([*conns, conn])
+        if before is None or shares is None:
+            return None
+        rates = np.array([frozen.rate_at(f, NEVER) for f in running])
+        if np.any(np.abs(before - rates) > FAIR_MATCH * before):
+            return None
+        return pid, dict(zip(running, shares[:-1].tolist())), float(shares[-1])
+
+    def _fair_join(self, frozen: Frozen, flow: int, conn: int, path: frozenset[int], hosts: tuple[int, int],
+                   shares: dict[int, float], share: float, now: int) -> None:
+        """`flow` starts inside a partition frozen at its NICs' fair shares (_fair_join_shares), its
+        QP held until the thaw. It sends at its share from now: its first ACK comes one lag later
+        (later by half a data frame at each link of its ACK path that others' data keeps busy) and
+        delivers one ACK's bytes. The flows whose shares it changes (those sharing its NIC) send at
+        their new ones from now: their deliveries change a lag later."""
+        self.head_since[flow] = now
+        self.parts.add_flow(flow, path, hosts)
+        for other, new in sorted(shares.items()):
+            added = new - frozen.rate_at(other, NEVER)
+            if abs(added) > 1e-9 * new:
+                self._boost(frozen, other, added, now + self.lag_ns[self.conn_of[other]], now)
+        busy = self._data_through(frozen, flow, self.ports_of[conn].acks)
+        waits = sum(self.net.data_frame_bytes / 2 / self.ports.rates[p] for p in sorted(busy))
+        frozen.start(flow, share, now, share * (self.lag_ns[conn] + waits) - self.net.acked_per_ack)
+        # At a thaw it skips what it sent (its deliveries and the wire): `in_flight` cancels the
+        # rest of the pipe the thaw adds (_thaw), whenever it comes (an ACK after it started, 98 KB
+        # of a 384 KB pipeline send were skipped at a thaw 63 ns after its start).
+        frozen.in_flight[conn] = round(self.net.acked_per_ack - share * waits)
+        frozen.order[conn] = [flow]
+        frozen.held[conn] = now
+        self._plan_end(frozen, flow)
+        self.stats.fair_joins += 1
 
     def _drop_completed(self, pid: int, flows: list[int], now: int) -> None:
         """A thaw: the flows completed while frozen leave the partition (their last packets, still
