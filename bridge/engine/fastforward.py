@@ -876,6 +876,7 @@ class FastForward:
                 # Steady: the bytes in flight at the freeze are the pipe at its rate then; a gain
                 # since adds to the pipe what the sender sent ahead (2.1 us late without, a test).
                 owed += round((frozen.rate_at(flows[-1], now) - frozen.rates[flows[0]]) * self.lag_ns[conn])
+            owed = max(0, owed)           # (a flow that joined as the thaw came: 0, give or take rounding)
             for flow in flows:
                 skipped = int(self.net.flows.SkipFlow(flow, conn, owed))
                 owed -= skipped
