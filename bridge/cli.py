@@ -43,7 +43,7 @@ def _add_engine_settings(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--episodes", action=argparse.BooleanOptionalAction,
                         help="RDMA memo: --no-episodes simulates every partition of short flows (ablation)")
     parser.add_argument("--fair-start", action=argparse.BooleanOptionalAction,
-                        help="DCQCN: --no-fair-start waits for the steady test where a partition forms "
+                        help="DCQCN, HPCC: --no-fair-start waits for the steady test where a partition forms "
                         "at its NICs' fair shares (ablation)")
     parser.add_argument("--explain-events", action="store_true", default=None,
                         help="count the simulated events by what the engine did with their partition and "

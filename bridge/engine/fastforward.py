@@ -203,8 +203,9 @@ class Frozen:
     at_shares: bool = False
     offset_ns: int = 0            # episode: how far into the recorded episode this freeze began
     leads: dict[int, int] = field(default_factory=dict)     # episode: flow -> its clock's lead (Episode.leads)
-    # Episode: flows known to start on its ports (-> when), taken in still frozen as they start;
-    # their QPs start held (-> when), never kicked into sending until the thaw.
+    # Episode: flows known to start on its ports (-> when), taken in still frozen as they start.
+    # Their QPs start held (-> when), never kicked into sending until the thaw; so do those of flows
+    # joining a partition at its NICs' fair shares (_fair_join).
     expected: dict[int, int] = field(default_factory=dict)
     held: dict[int, int] = field(default_factory=dict)      # connection -> when its flow started
 
@@ -1151,18 +1152,20 @@ class FastForward:
 
     def _freeze_at_shares(self, part: Partition, now: int) -> bool:
         """Freeze a partition as it forms, at its flows' max-min fair shares, if that is what they
-        send at from now on (DCQCN, computed ends): every QP paces at line rate (never cut), nothing
-        is queued on its switch ports, and the shares are those of the hosts' NICs alone, which
-        serve their QPs in turn: no switch port is loaded past its rate, nothing is marked, and no
-        steady test is needed. Each flow sends at its share from now, its end one lag after its
-        last byte leaves, as in a steady freeze (gpt-bench-dcqcn: a ring step's flow sharing its
-        NIC with a pipeline send, simulated until the send ended). Not with a flow whose every byte
-        is on the wire (its last frame left before now), nor a partition of flows short enough for
-        an episode, nor one a flow known to start within min_freeze would thaw: an all-to-all's
-        first hosts' flows are fair at their NICs, then meet at the receivers at full load as the
-        last hosts join (frozen at their shares, moe-bench-dcqcn's FCT p99 went to 10.2 % against
-        0.8 %; moe-8x7b-dcqcn's 512 KiB flows, too long for episodes, froze 10,855 times, and its
-        control plane took 29.5 s against 10.4 s)."""
+        send at from now on (DCQCN and HPCC, computed ends): every QP paces at line rate (DCQCN never
+        cut it; HPCC, _nic_bound_on_utilization: above its share, every switch port it crosses
+        below U_TARGET), nothing is queued on its switch ports, and the shares are those of the
+        hosts' NICs alone, which serve their QPs in turn: no switch port is loaded past its rate,
+        nothing is marked, and no steady test is needed. Each flow sends at its share from now, its
+        end one lag after its last byte leaves, as in a steady freeze (gpt-bench-dcqcn: a ring
+        step's flow sharing its NIC with a pipeline send, simulated until the send ended). Not with
+        a flow whose every byte is on the wire (its last frame left before now), nor a partition of
+        flows short enough for an episode, nor one that a flow known to start within min_freeze
+        would thaw (one that cannot join it, _joinable; on HPCC any): an all-to-all's first hosts' flows
+        are fair at their NICs, then meet at the receivers at full load as the last hosts join
+        (frozen at their shares, moe-bench-dcqcn's FCT p99 went to 10.2 % against 0.8 %;
+        moe-8x7b-dcqcn's 512 KiB flows, too long for episodes, froze 10,855 times, and its control
+        plane took 29.5 s against 10.4 s)."""
         flows = sorted(part.flows)
         conns = [self.conn_of[f] for f in flows]
         if self.episodes and max(self._left(f) for f in flows) < self._episode_bound(flows):

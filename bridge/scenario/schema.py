@@ -260,9 +260,11 @@ class AccelSpec(_Spec):
     # Memo vertex labels: a flow's rate when its partition forms, in steps of 1/memo_bins of its
     # line rate (coarser: more reuse, less exact).
     memo_bins: Annotated[StrictInt, Field(ge=1, le=1000)] = 10
-    # DCQCN: a partition that forms with every QP at line rate, no queue on its switch ports, and
-    # max-min fair shares set by the hosts' NICs alone (served in turn, nothing marked) is frozen at
-    # once at those shares, its flows' ends computed, without waiting for the steady test.
+    # DCQCN and HPCC: a partition that forms with every QP at line rate (HPCC: above its share, every
+    # switch port below U_TARGET), no queue on its switch ports, and max-min fair shares set by the
+    # hosts' NICs alone (served in turn, nothing marked) is frozen at once at those shares, its
+    # flows' ends computed, without waiting for the steady test; on DCQCN a flow starting where
+    # those shares still hold with it joins it frozen.
     fair_start: bool = True
     # RDMA: a flow completes inside its frozen partition when the model has delivered its bytes,
     # and its connection's next flow takes over ("computed", the paper's way); or every flow's last
