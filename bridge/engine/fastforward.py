@@ -487,8 +487,9 @@ class FastForward:
         self.episodes = self.memo is not None and self.computed_ends and spec.episodes
         self.fair_start = enabled and self.computed_ends and (net.fair_share_cc or net.u_target > 0) \
             and spec.fair_start
-        # (pid, the partition's flows' shares with it, its share): a flow absorbs() let join.
-        self.joining: tuple[int, dict[int, float], float] | None = None
+        # (its connection, pid, the partition's flows' shares with it, its share): the flow that
+        # absorbs() let join, until flow_started() takes it in.
+        self.joining: tuple[int, int, dict[int, float], float] | None = None
         self.host_port = np.array([label.startswith("h") for label in ports.labels])
         self._queue_buf = np.zeros(max(1, net.n_ports), dtype=np.uint32)
         self.episode_of: dict[int, Episode] = {}         # flow -> the episode watched that holds it
@@ -513,8 +514,8 @@ class FastForward:
         path = self._connection_path(conn)
         self.conn_of[flow] = conn
         touched = self.parts.touching(path)
-        if self.joining is not None:                       # as absorbs() found it
-            pid, shares, share = self.joining
+        if self.joining is not None and self.joining[0] == conn:   # as absorbs() found it
+            _, pid, shares, share = self.joining
             self.joining = None
             self._fair_join(self.state[pid].frozen, flow, conn, path, hosts, shares, share, now)
             self.stats.control_s += time.perf_counter() - t0
@@ -1365,11 +1366,11 @@ class FastForward:
         frozen.order.setdefault(conn, []).append(flow)
         self.stats.episode_joins += 1
 
-    def _fair_join_shares(self, conn: int) -> tuple[int, dict[int, float], float] | None:
+    def _fair_join_shares(self, conn: int) -> tuple[int, int, dict[int, float], float] | None:
         """A flow starting on idle `conn` whose ports touch one partition, frozen at its NICs' fair
         shares: if its QP paces at line rate, nothing is queued on its switch ports, and the
-        shares hold with it (the partition's rates being its shares without it), the partition,
-        its flows' shares with it and its own (it joins frozen: _fair_join); else None. (Ring
+        shares hold with it (the partition's rates being its shares without it), `conn`, the
+        partition, its flows' shares with it and its own (it joins frozen: _fair_join); else None. (Ring
         steps start one by one, each when its predecessor's chunk arrived: gpt-bench-dcqcn's
         starts within min_freeze of a partition forming kept it from freezing at its shares.)"""
         touched = self.parts.touching(self._connection_path(conn))
@@ -1391,7 +1392,7 @@ class FastForward:
         rates = np.array([frozen.rate_at(f, NEVER) for f in running])
         if np.any(np.abs(before - rates) > FAIR_MATCH * before):
             return None
-        return pid, dict(zip(running, shares[:-1].tolist())), float(shares[-1])
+        return conn, pid, dict(zip(running, shares[:-1].tolist())), float(shares[-1])
 
     def _fair_join(self, frozen: Frozen, flow: int, conn: int, path: frozenset[int], hosts: tuple[int, int],
                    shares: dict[int, float], share: float, now: int) -> None:
