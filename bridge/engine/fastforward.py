@@ -1117,7 +1117,10 @@ class FastForward:
             if not self._paces_at_line_rate(conn):
                 return view
             frozen.line_rate_conns.add(conn)
-        view.model = last.model if last is not None and last.flows == flows else self._fair_model([self.conn_of[f] for f in flows])
+        if last is not None and last.flows == flows:
+            view.model = last.model
+        else:
+            view.model = self._fair_model([self.conn_of[f] for f in flows])
         view.shares = view.model.shares(rates)
         view.at_shares = not np.any((view.shares <= 0) | (np.abs(view.shares - rates) > FAIR_MATCH * view.shares))
         return view
@@ -1132,10 +1135,10 @@ class FastForward:
         return self.hops[conn][0][0][0]
 
     def _fair_model(self, conns: list[int], hosts_only: bool = False) -> AckedShares:
-        """The max-min fair payload rates of the flows of `conns` over their data ports (`hosts_only`: over the
-        hosts' NICs alone): a port carries its line rate less the ACKs crossing it, each frame's time
-        rounded to the nearest ns as ns-3 does; a QP paces its frames at its line rate, one per
-        whole ns above a frame's time (it wakes on the ns)."""
+        """The max-min fair payload rates of the flows of `conns` over their data ports
+        (`hosts_only`: over the hosts' NICs alone): a port carries its line rate less the ACKs
+        crossing it, each frame's time rounded to the nearest ns as ns-3 does; a QP paces its frames
+        at its line rate, one per whole ns above a frame's time (it wakes on the ns)."""
         net = self.net
         edges = []
         for side in (0, 1):                      # data, ACKs
@@ -1162,9 +1165,9 @@ class FastForward:
         step's flow sharing its NIC with a pipeline send, simulated until the send ended). Not with
         a flow whose every byte is on the wire (its last frame left before now), nor a partition of
         flows short enough for an episode, nor one that a flow known to start within min_freeze
-        would thaw (one that cannot join it, _joinable; on HPCC any): an all-to-all's first hosts' flows
-        are fair at their NICs, then meet at the receivers at full load as the last hosts join
-        (frozen at their shares, moe-bench-dcqcn's FCT p99 went to 10.2 % against 0.8 %;
+        would thaw (one that cannot join it, _joinable; on HPCC any): an all-to-all's first hosts'
+        flows are fair at their NICs, then meet at the receivers at full load as the last hosts
+        join (frozen at their shares, moe-bench-dcqcn's FCT p99 went to 10.2 % against 0.8 %;
         moe-8x7b-dcqcn's 512 KiB flows, too long for episodes, froze 10,855 times, and its control
         plane took 29.5 s against 10.4 s)."""
         flows = sorted(part.flows)
@@ -1370,9 +1373,10 @@ class FastForward:
         """A flow starting on idle `conn` whose ports touch one partition, frozen at its NICs' fair
         shares: if its QP paces at line rate, nothing is queued on its switch ports, and the
         shares hold with it (the partition's rates being its shares without it), `conn`, the
-        partition, its flows' shares with it and its own (it joins frozen: _fair_join); else None. (Ring
-        steps start one by one, each when its predecessor's chunk arrived: gpt-bench-dcqcn's
-        starts within min_freeze of a partition forming kept it from freezing at its shares.)"""
+        partition, its flows' shares with it and its own (it joins frozen: _fair_join); else
+        None. (Ring steps start one by one, each when its predecessor's chunk arrived:
+        gpt-bench-dcqcn's starts within min_freeze of a partition forming kept it from freezing at
+        its shares.)"""
         touched = self.parts.touching(self._connection_path(conn))
         if len(touched) != 1:
             return None
@@ -1410,9 +1414,9 @@ class FastForward:
         busy = self._data_through(frozen, flow, self.ports_of[conn].acks)
         waits = sum(self.net.data_frame_bytes / 2 / self.ports.rates[p] for p in sorted(busy))
         frozen.start(flow, share, now, share * (self.lag_ns[conn] + waits) - self.net.acked_per_ack)
-        # At a thaw it skips what it sent (its deliveries and the wire): `in_flight` cancels the
-        # rest of the pipe the thaw adds (_thaw), whenever it comes (an ACK after it started, 98 KB
-        # of a 384 KB pipeline send were skipped at a thaw 63 ns after its start).
+        # A thaw has it skip its deliveries and the pipe (_thaw): less this, what it sent by then,
+        # however soon the thaw comes (one 63 ns after a pipeline send started once skipped it a
+        # whole pipe, 98 KB of its 384 KB).
         frozen.in_flight[conn] = round(self.net.acked_per_ack - share * waits)
         frozen.order[conn] = [flow]
         frozen.held[conn] = now
