@@ -94,6 +94,13 @@ FAIR_MATCH = 0.02
 # of it, QPs pacing above their NIC shares by this fraction of their rate.
 HPCC_LOAD_MARGIN = 0.05
 HPCC_PACING_MARGIN = 0.1
+# Fair starts find at most the bytes a switch port drains in this long (and fewer than its KMIN)
+# queued on their ports. gpt-bench-dcqcn, steady-only / cold / warm events fewer than stock: none
+# allowed 18.1x / 25.0x / 46.1x, 1.5 us 24.6x / 32.4x / 51.5x at the same errors (no more with up
+# to KMIN, 32 us at 100 Gbps). moe-bench-dcqcn: 2.61x / 6.70x / 9.75x, 1.5 us 2.67x / 6.93x / 9.95x
+# (FCT p99 0.66 / 0.72 / 1.04 % -> 0.80 / 0.72 / 1.12 %), up to KMIN 2.84x / 7.20x / 10.22x but
+# p99 3.46 / 1.22 / 1.58 % (its all-to-alls' last frames, queued, hold up the flows after them).
+QUEUE_DRAIN_NS = 1_500
 # Episode labels give a flow's age in steps of spec.episode_age_step; within a step each flow is
 # timed from its own start (Episode.leads). Past the first round trip their bytes left tell flows
 # apart anyway: on moe-bench, 1 us steps let 66-68 all-to-alls replay cold (3.6x fewer events than
@@ -492,6 +499,10 @@ class FastForward:
         self.joining: tuple[int, int, dict[int, float], float] | None = None
         self.host_port = np.array([label.startswith("h") for label in ports.labels])
         self._queue_buf = np.zeros(max(1, net.n_ports), dtype=np.uint32)
+        # Per port, the queue bytes a partition forming at its NICs' fair shares may find there
+        # (_queued_on_switches): fewer than it marks ECN above (KMIN), drained in QUEUE_DRAIN_NS.
+        self._queue_bound = np.array([min(net.ecn_kmin_bytes.get(round(rate * 8e9), 0), rate * QUEUE_DRAIN_NS)
+                                      for rate in ports.rates])
         self.episode_of: dict[int, Episode] = {}         # flow -> the episode watched that holds it
         self.pending_ends: dict[int, int] = {}           # flow -> its recorded end, after an episode thawed
         # Flows an episode (watched, or frozen on a hit) expects to start on its ports -> that
@@ -1179,7 +1190,7 @@ class FastForward:
             return False
         if any(self._untransmitted(f) == 0 for f in flows):
             return False
-        if self._queued_on_switches(conns):
+        if self._queued_on_switches(conns, drained=hpcc):
             return False
         shares = self._nic_shares(conns)
         if shares is None or hpcc and not self._nic_bound_on_utilization(flows, shares):
@@ -1193,11 +1204,17 @@ class FastForward:
         self.stats.fair_starts += 1
         return True
 
-    def _queued_on_switches(self, conns: list[int]) -> bool:
-        """Whether a switch port on the data path of one of `conns` holds queued bytes."""
+    def _queued_on_switches(self, conns: list[int], drained: bool = False) -> bool:
+        """Whether a switch port on the data path of one of `conns` holds more queued bytes than
+        a partition frozen at its NICs' fair shares allows (_queue_bound; `drained`: any, as
+        HPCC's utilization counts them): fewer than the port marks ECN above, they drain unmarked
+        where the NICs bind, and a flow's own count in its bytes in flight at the freeze; others'
+        (a completed flow's last frames) hold it up by their drain time, which the model leaves
+        out."""
         self.net.builder.ReadQueueBytes(self._queue_buf)
         data = np.concatenate([self.port_arrays[c][0] for c in conns])
-        return bool(np.any(self._queue_buf[data[~self.host_port[data]]] > 0))
+        switch = data[~self.host_port[data]]
+        return bool(np.any(self._queue_buf[switch] > (0 if drained else self._queue_bound[switch])))
 
     def _nic_shares(self, conns: list[int]) -> np.ndarray | None:
         """The max-min fair shares of QPs of `conns` paced at line rate, if they are those of the

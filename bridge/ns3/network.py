@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import numpy as np
@@ -47,6 +47,8 @@ class Ns3Network:
     # HPCC (not PINT, whose utilization is coded): U_TARGET. Its QPs climb to line rate while
     # every link they cross carries less, and a NIC serves its QPs in turn. 0: another transport.
     u_target: float = 0.0
+    # RDMA: per link rate (bps), the queue bytes a switch port marks ECN above (KMIN).
+    ecn_kmin_bytes: dict[int, int] = field(default_factory=dict)
 
     def now_ns(self) -> int:
         return int(self.h.ns.Simulator.Now().GetNanoSeconds())
@@ -118,7 +120,8 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
                           data_frame_bytes=payload + config.dataOverheadBytes + telemetry + timestamp,
                           ack_frame_bytes=config.ackBytes + telemetry, acked_per_ack=acked_per_ack,
                           utilization_cc=params.cc in ("hpcc", "hpcc-pint"), fair_share_cc=params.cc == "dcqcn",
-                          u_target=params.u_target if params.cc == "hpcc" else 0.0)
+                          u_target=params.u_target if params.cc == "hpcc" else 0.0,
+                          ecn_kmin_bytes={int(rate): int(kmin) for rate, kmin, _, _ in params.ecn})
     config = h.wh.QueueConfig()
     config.queuePackets = transport.queue_size
     config.ecnMarking = transport.kind == "dctcp"
