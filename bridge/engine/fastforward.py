@@ -1047,7 +1047,7 @@ class FastForward:
                 wire = (rates[other] * net.data_frame_bytes / net.payload_bytes
                         + acked * net.ack_frame_bytes / net.acked_per_ack)
                 if wire >= LINK_BOUND * self.ports.rates[port]:
-                    solo = net.payload_bytes / math.ceil(net.data_frame_bytes / self.ports.rates[port])
+                    solo = self._paced(self.ports.rates[port])
                     gains[other] = (max(0.0, min(gain, solo - rates[other])), port)
                     break
         return gains
@@ -1162,8 +1162,12 @@ class FastForward:
 
     def _caps(self, conns: list[int]) -> np.ndarray:
         """Payload bytes per ns of each connection's QP paced at its line rate."""
-        net = self.net
-        return np.array([net.payload_bytes / math.ceil(net.data_frame_bytes / self.line_rate[c]) for c in conns])
+        return np.array([self._paced(self.line_rate[c]) for c in conns])
+
+    def _paced(self, rate: float) -> float:
+        """Payload bytes per ns of a QP pacing its frames at `rate` (bytes per ns): one per whole
+        ns above a frame's time (it wakes on the ns)."""
+        return self.net.payload_bytes / math.ceil(self.net.data_frame_bytes / rate)
 
     def _freeze_at_shares(self, part: Partition, now: int) -> bool:
         """Freeze a partition as it forms, at its flows' max-min fair shares, if that is what they
@@ -1255,11 +1259,9 @@ class FastForward:
         load, _ = self._switch_loads(conns, shares)
         if any(l >= self.net.u_target * (1 - HPCC_LOAD_MARGIN) for l in load.values()):
             return False
-        net = self.net
         for conn, share in zip(conns, shares.tolist()):
             self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
-            pacing = net.payload_bytes / math.ceil(net.data_frame_bytes * 8e9 / self._cc_buf[0])
-            if pacing * (1 - HPCC_PACING_MARGIN) < share:
+            if self._paced(self._cc_buf[0] / 8e9) * (1 - HPCC_PACING_MARGIN) < share:
                 return False
         return True
 
@@ -1357,8 +1359,7 @@ class FastForward:
         # busy (it waits for the frame on the wire); at its steady rate through the ACKs' arrivals,
         # its deliveries start one ACK's bytes before the first.
         started = int(self.table.GetStartNs(successor))
-        busy = self._data_through(frozen, flow, self.ports_of[conn].acks)
-        waits = sum(self.net.data_frame_bytes / 2 / self.ports.rates[p] for p in sorted(busy))
+        waits = self._ack_waits(frozen, flow, conn)
         first = self.lag_ns[conn] + waits - self.net.acked_per_ack / frozen.rate_at(flow, now)
         # It inherits the predecessor's rate and its changes to come, with its gains.
         frozen.join(successor, flow, max(now, started + math.ceil(first)))
@@ -1385,6 +1386,12 @@ class FastForward:
         frozen.held[conn] = frozen.since_ns if conn in frozen.order else now
         frozen.order.setdefault(conn, []).append(flow)
         self.stats.episode_joins += 1
+
+    def _ack_waits(self, frozen: Frozen, flow: int, conn: int) -> float:
+        """ns the first ACK of `flow` (on `conn`) waits on its way back: half a data frame at each
+        link of its ACK path that another flow of `frozen` keeps busy with its data."""
+        busy = self._data_through(frozen, flow, self.ports_of[conn].acks)
+        return sum(self.net.data_frame_bytes / 2 / self.ports.rates[p] for p in sorted(busy))
 
     def _fair_join_shares(self, conn: int) -> tuple[int, int, dict[int, float], float] | None:
         """A flow starting on idle `conn` whose ports touch one partition, frozen at its NICs' fair
@@ -1428,8 +1435,7 @@ class FastForward:
             added = new - frozen.rate_at(other, NEVER)
             if abs(added) > 1e-9 * new:
                 self._boost(frozen, other, added, now + self.lag_ns[self.conn_of[other]], now)
-        busy = self._data_through(frozen, flow, self.ports_of[conn].acks)
-        waits = sum(self.net.data_frame_bytes / 2 / self.ports.rates[p] for p in sorted(busy))
+        waits = self._ack_waits(frozen, flow, conn)
         frozen.start(flow, share, now, share * (self.lag_ns[conn] + waits) - self.net.acked_per_ack)
         # A thaw has it skip its deliveries and the pipe (_thaw): less this, what it sent by then,
         # however soon the thaw comes (one 63 ns after a pipeline send started once skipped it a
