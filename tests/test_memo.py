@@ -492,6 +492,31 @@ def test_flows_too_short_for_a_truncated_record_apply_its_first_part(tmp_path):
     assert error.max() < 0.02, error.tolist()
 
 
+def test_young_flows_sharing_a_nic_are_recorded_by_how_long_their_fair_shares_last(tmp_path):
+    """A host sends 250 KB to two others, and later another host does the same. At line rate the
+    first pair's flows would near their end within min_freeze ((250 - 64) KB / 12.5 GB/s = 15 us:
+    too short to record, and the second pair was simulated whole); at their fair share of their
+    NIC, half of it, they take 30 us: the first pair is recorded, the second skips through the
+    record."""
+    data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
+    data["flows"] = [{"src": 1, "dst": 0, "size": "250KB", "start": "0us"},
+                     {"src": 1, "dst": 2, "size": "250KB", "start": "0us"},
+                     {"src": 5, "dst": 4, "size": "250KB", "start": "500us"},
+                     {"src": 5, "dst": 6, "size": "250KB", "start": "500us"}]
+    data["accel"] = TRUNCATED_RECORDS
+    path = tmp_path / "young.yaml"
+    path.write_text(yaml.safe_dump(data))
+    stock = api.run(path, tmp_path / "stock")
+    cold = api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "memo.whdb")
+    memo = cold.summary["accel"]["memo"]
+    assert (memo["records_written"], memo["records_truncated"]) == (1, 1)
+    assert memo["applied_truncated"] + memo["applied_partial"] == 1
+    second = cold.flows[cold.flows.start_ns == 500_000]
+    assert (second.bytes_skipped > 0.3 * second.size_bytes).all()
+    error = (cold.flows.fct_ns - stock.flows.fct_ns).abs() / stock.flows.fct_ns
+    assert error.max() < 0.02, error.tolist()
+
+
 def test_a_partition_holding_a_flow_near_its_end_is_simulated_without_a_lookup(tmp_path):
     """A 40 KB flow (less than the 64 KiB margin to send) starts beside a 4 MB one: their partition
     is simulated as "ending", not looked up, until the short flow completes; the long flow alone is

@@ -1516,9 +1516,7 @@ class FastForward:
             if partial_ns < self.spec.min_freeze:
                 if candidates:
                     self.memo.stats.not_applied += 1
-                if shortest < reach and any(
-                        unsent[f] - self.spec.margin < self.spec.min_freeze * (rates[f] or self.line_rate[self.conn_of[f]])
-                        for f in flows):
+                if shortest < reach and self._ends_too_soon(flows, unsent, rates):
                     st.simulated = "too_short"
                     return
                 cut = self._cut_ns(flows) if self.truncated_records else -1
@@ -1530,6 +1528,26 @@ class FastForward:
             self.memo.stats.applied_partial += 1
             until = now + partial_ns
         self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=until, rates=hit.rates, memo=hit), now)
+
+    def _ends_too_soon(self, flows: list[int], unsent: dict[int, int], rates: dict[int, float]) -> bool:
+        """Whether a flow of a forming partition would get within `margin` of sending its last byte
+        before min_freeze (its truncated record is cut there, and a shorter one is not kept): at its
+        rate now, or for a flow too young to have one, at its max-min fair share among the
+        partition's QPs at line rate. (Optimistic where flows meet at a switch port: DCQCN QPs
+        start at line rate and queue the excess, and the watch may end unrecorded, simulated as it
+        would have been. At line rate, QPs sharing a NIC looked too short to record: gpt-bench-dcqcn's
+        warm run 51.5x -> 55.6x fewer events than stock, FCT p99 1.75 -> 2.23 %.)"""
+        shares = None
+        for i, f in enumerate(flows):
+            rate = rates[f]
+            if not rate:
+                if shares is None:
+                    conns = [self.conn_of[g] for g in flows]
+                    shares = self._fair_model(conns).shares(self._caps(conns))
+                rate = shares[i]
+            if unsent[f] - self.spec.margin < self.spec.min_freeze * rate:
+                return True
+        return False
 
     def _replay_or_watch_episode(self, part: Partition, flows: list[int], now: int) -> bool:
         """A partition of short flows formed: freeze it on an episode record (True), or watch it to
