@@ -45,6 +45,9 @@ def _add_engine_settings(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fair-start", action=argparse.BooleanOptionalAction,
                         help="DCQCN, HPCC: --no-fair-start waits for the steady test where a partition forms "
                         "at its NICs' fair shares (ablation)")
+    parser.add_argument("--fair-shares", choices=["nics", "links"],
+                        help="DCQCN: freeze partitions as they form at fair shares set by the NICs alone "
+                        "(default), or by switch ports too (links: faster, exact for long flows)")
     parser.add_argument("--explain-events", action="store_true", default=None,
                         help="count the simulated events by what the engine did with their partition and "
                         "by collective (summary.json accel.events_by)")
@@ -54,6 +57,7 @@ def _accel_overrides(args: argparse.Namespace) -> dict | None:
     given = {k: v for k, v in (("theta", args.theta), ("window", args.window), ("tau", args.tau),
                                ("coarse", args.coarse), ("flow_ends", args.flow_ends),
                                ("episodes", args.episodes), ("fair_start", args.fair_start),
+                               ("fair_shares", args.fair_shares),
                                ("explain_events", args.explain_events))
              if v is not None}
     return given or None

@@ -295,6 +295,24 @@ def test_hpcc_qps_sharing_a_nic_below_u_target_are_frozen_as_they_form(tmp_path)
     assert fct_errors(stock.flows, accel.flows).max() < 0.003
 
 
+def test_dcqcn_flows_meeting_on_a_switch_port_freeze_at_its_fair_shares_with_link_shares(tmp_path):
+    # h1 and h2 send 4 MB each to h0: the shares are the switch port's to h0 (half each), not the
+    # NICs'. By default the incast waits for the steady test; with fair_shares "links" it is frozen
+    # as it forms (DCQCN's marks cut both QPs to about half within a few round trips). h5 -> h4 is
+    # at its NIC's share either way; h6 -> h4, 50 us later, joins it frozen only with "links".
+    path = rdma_scenario(tmp_path, [{"src": 1, "dst": 0, "size": "4MB", "start": "0us"},
+                                    {"src": 2, "dst": 0, "size": "4MB", "start": "0us"},
+                                    {"src": 5, "dst": 4, "size": "2MB", "start": "0us"},
+                                    {"src": 6, "dst": 4, "size": "4MB", "start": "50us"}])
+    nics = api.run(path, tmp_path / "nics", accel=True, memo=False)
+    links = api.run(path, tmp_path / "links", accel=True, memo=False, accel_overrides={"fair_shares": "links"})
+    assert (nics.summary["accel"]["fair_starts"], nics.summary["accel"]["fair_joins"]) == (1, 0)
+    assert (links.summary["accel"]["fair_starts"], links.summary["accel"]["fair_joins"]) == (2, 1)
+    assert links.summary["events"] < 0.1 * nics.summary["events"]
+    stock = api.run(path, tmp_path / "stock")
+    assert fct_errors(stock.flows, links.flows).max() < 0.01
+
+
 def test_flow_ends_is_chosen_on_the_command_line(tmp_path):
     path = rdma_scenario(tmp_path, [{"src": 0, "dst": 5, "size": "4MB", "start": "0us"},
                                     {"src": 0, "dst": 5, "size": "2MB", "start": "50us"}])

@@ -494,6 +494,7 @@ class FastForward:
         self.episodes = self.memo is not None and self.computed_ends and spec.episodes
         self.fair_start = enabled and self.computed_ends and (net.fair_share_cc or net.u_target > 0) \
             and spec.fair_start
+        self.link_shares = net.fair_share_cc and spec.fair_shares == "links"
         # (its connection, pid, the partition's flows' shares with it, its share): the flow that
         # absorbs() let join, until flow_started() takes it in.
         self.joining: tuple[int, int, dict[int, float], float] | None = None
@@ -1184,7 +1185,10 @@ class FastForward:
         flows are fair at their NICs, then meet at the receivers at full load as the last hosts
         join (frozen at their shares, moe-bench-dcqcn's FCT p99 went to 10.2 % against 0.8 %;
         moe-8x7b-dcqcn's 512 KiB flows, too long for episodes, froze 10,855 times, and its control
-        plane took 29.5 s against 10.4 s)."""
+        plane took 29.5 s against 10.4 s). With spec.fair_shares "links" (DCQCN) the shares may be
+        set by switch ports too (_frozen_shares): QPs meeting there at line rate fill its queue,
+        and DCQCN's marks cut them to about those shares within a few round trips, which the
+        freeze skips, as it does the queue they build."""
         flows = sorted(part.flows)
         conns = [self.conn_of[f] for f in flows]
         if self.episodes and max(self._left(f) for f in flows) < self._episode_bound(flows):
@@ -1196,7 +1200,7 @@ class FastForward:
             return False
         if self._queued_on_switches(conns, drained=hpcc):
             return False
-        shares = self._nic_shares(conns)
+        shares = self._frozen_shares(conns)
         if shares is None or hpcc and not self._nic_bound_on_utilization(flows, shares):
             return False
         soon = [(conn, path) for _, _, conn, _, _ in self.known_starts(now + self.spec.min_freeze)
@@ -1220,13 +1224,19 @@ class FastForward:
         switch = data[~self.host_port[data]]
         return bool(np.any(self._queue_buf[switch] > (0 if drained else self._queue_bound[switch])))
 
-    def _nic_shares(self, conns: list[int]) -> np.ndarray | None:
-        """The max-min fair shares of QPs of `conns` paced at line rate, if they are those of the
-        hosts' NICs alone and no switch port merges them full (_merging_full); else None."""
+    def _frozen_shares(self, conns: list[int]) -> np.ndarray | None:
+        """The max-min fair shares of QPs of `conns` paced at line rate, if a partition of them may
+        be frozen at those: they are those of the hosts' NICs alone and no switch port merges them
+        full (_merging_full); with spec.fair_shares "links" (DCQCN), any (switch ports may bind);
+        else None."""
         caps = self._caps(conns)
         shares = self._fair_model(conns).shares(caps)
+        if np.any(shares <= 0):
+            return None
+        if self.link_shares:
+            return shares
         nics = self._fair_model(conns, hosts_only=True).shares(caps)
-        if np.any(shares <= 0) or np.any(np.abs(shares - nics) > 1e-9 * nics) or self._merging_full(conns, shares):
+        if np.any(np.abs(shares - nics) > 1e-9 * nics) or self._merging_full(conns, shares):
             return None
         return shares
 
@@ -1242,7 +1252,7 @@ class FastForward:
             if self.parts.touching(path) - {part.id} or not self._paces_at_line_rate(conn):
                 return False
             added.append(conn)
-        return not added or self._nic_shares(conns + added) is not None
+        return not added or self._frozen_shares(conns + added) is not None
 
     def _nic_bound_on_utilization(self, flows: list[int], shares: np.ndarray) -> bool:
         """HPCC: whether QPs sending at these NIC shares stay bound by their NICs for min_freeze
@@ -1414,7 +1424,7 @@ class FastForward:
         if not running:           # (every flow completed, the connections vacant)
             return None
         conns = [self.conn_of[f] for f in running]
-        before, shares = self._nic_shares(conns), self._nic_shares([*conns, conn])
+        before, shares = self._frozen_shares(conns), self._frozen_shares([*conns, conn])
         if before is None or shares is None:
             return None
         rates = np.array([frozen.rate_at(f, NEVER) for f in running])
