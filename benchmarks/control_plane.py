@@ -40,7 +40,7 @@ from bridge.simulation import RunOptions, simulate
 out = Path(out)
 out.mkdir(parents=True, exist_ok=True)
 store = out / "memo.whdb"
-if store_in != "-":
+if store_in != "-" and Path(store_in).exists():  # (a cold run that recorded nothing left no store)
     shutil.copy(store_in, store)
 h = load()
 run_until, spent = h.wh.RunUntil, [0.0]
