@@ -269,8 +269,9 @@ class AccelSpec(_Spec):
     # "links" (DCQCN): a partition is also frozen as it forms at max-min fair shares that switch
     # ports set (flows meeting on a switch port), and flows join it where those shares hold; DCQCN
     # gets there after a transient of marks and cuts that the freeze skips. Exact enough for long
-    # flows (gpt-bench-dcqcn: 32x -> 536x fewer events than stock cold, FCT p99 2.8 %), not for
-    # short all-to-all flows beside pipeline sends (moe-bench-dcqcn's steady-only p99 0.8 -> 6.8 %).
+    # flows on few-way shared ports (gpt-bench-dcqcn: 32x -> 536x fewer events than stock cold, FCT
+    # p99 2.8 %), not for short all-to-all flows beside pipeline sends (moe-bench-dcqcn's
+    # steady-only p99 0.8 -> 6.8 %) nor many QPs at full spine ports (leafspine-bench-dcqcn: 49 %).
     fair_shares: Literal["nics", "links"] = "nics"
     # RDMA: a flow completes inside its frozen partition when the model has delivered its bytes,
     # and its connection's next flow takes over ("computed", the paper's way); or every flow's last
