@@ -471,6 +471,21 @@ def test_a_replayed_flow_is_placed_on_its_recorded_clock_by_its_bytes_once_it_ha
     assert _clock_on_record(hit, 2, 524_288, 1_000, 300, 4096, 10_000) == 100 - 10_000
 
 
+def skips_the_last_flows_within_2_percent(tmp_path, data: dict, last_start_ns: int) -> api.RunResult:
+    """Run `data` (without episodes or fair starts) stock and on an empty store; the flows starting
+    at `last_start_ns` skip more than 30 % of their bytes, and every flow is within 2 % of stock."""
+    data["accel"] = TRUNCATED_RECORDS
+    path = tmp_path / "flows.yaml"
+    path.write_text(yaml.safe_dump(data))
+    stock = api.run(path, tmp_path / "stock")
+    cold = api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "memo.whdb")
+    last = cold.flows[cold.flows.start_ns == last_start_ns]
+    assert (last.bytes_skipped > 0.3 * last.size_bytes).all()
+    error = (cold.flows.fct_ns - stock.flows.fct_ns).abs() / stock.flows.fct_ns
+    assert error.max() < 0.02, error.tolist()
+    return cold
+
+
 def test_flows_too_short_for_a_truncated_record_apply_its_first_part(tmp_path):
     """A 250 KB 2-to-1 incast matches the 400 KB incasts' truncated record but cannot outlast it by
     the margin: it is frozen through the record's first part (its bytes spread evenly over it)
@@ -480,16 +495,8 @@ def test_flows_too_short_for_a_truncated_record_apply_its_first_part(tmp_path):
     data = yaml.safe_load(TINY_MEMO_RDMA.read_text())
     data["flows"] += [{"src": 5, "dst": 4, "size": "250KB", "start": "3500us"},
                       {"src": 6, "dst": 4, "size": "250KB", "start": "3500us"}]
-    data["accel"] = TRUNCATED_RECORDS
-    path = tmp_path / "partial.yaml"
-    path.write_text(yaml.safe_dump(data))
-    stock = api.run(path, tmp_path / "stock")
-    cold = api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "memo.whdb")
+    cold = skips_the_last_flows_within_2_percent(tmp_path, data, 3_500_000)
     assert cold.summary["accel"]["memo"]["applied_partial"] == 1
-    last = cold.flows[cold.flows.start_ns == 3_500_000]
-    assert (last.bytes_skipped > 0.3 * last.size_bytes).all()
-    error = (cold.flows.fct_ns - stock.flows.fct_ns).abs() / stock.flows.fct_ns
-    assert error.max() < 0.02, error.tolist()
 
 
 def test_young_flows_sharing_a_nic_are_recorded_by_how_long_their_fair_shares_last(tmp_path):
@@ -503,18 +510,9 @@ def test_young_flows_sharing_a_nic_are_recorded_by_how_long_their_fair_shares_la
                      {"src": 1, "dst": 2, "size": "250KB", "start": "0us"},
                      {"src": 5, "dst": 4, "size": "250KB", "start": "500us"},
                      {"src": 5, "dst": 6, "size": "250KB", "start": "500us"}]
-    data["accel"] = TRUNCATED_RECORDS
-    path = tmp_path / "young.yaml"
-    path.write_text(yaml.safe_dump(data))
-    stock = api.run(path, tmp_path / "stock")
-    cold = api.run(path, tmp_path / "cold", accel=True, cache=tmp_path / "memo.whdb")
-    memo = cold.summary["accel"]["memo"]
+    memo = skips_the_last_flows_within_2_percent(tmp_path, data, 500_000).summary["accel"]["memo"]
     assert (memo["records_written"], memo["records_truncated"]) == (1, 1)
     assert memo["applied_truncated"] + memo["applied_partial"] == 1
-    second = cold.flows[cold.flows.start_ns == 500_000]
-    assert (second.bytes_skipped > 0.3 * second.size_bytes).all()
-    error = (cold.flows.fct_ns - stock.flows.fct_ns).abs() / stock.flows.fct_ns
-    assert error.max() < 0.02, error.tolist()
 
 
 def test_a_partition_holding_a_flow_near_its_end_is_simulated_without_a_lookup(tmp_path):
