@@ -1243,7 +1243,7 @@ class FastForward:
     def _joinable(self, part: Partition, conns: list[int], soon: list[tuple[int, frozenset[int]]]) -> bool:
         """Whether the flows known to start on the partition's ports within min_freeze (`soon`:
         connection, ports) can each join it frozen (_fair_join): they touch no other partition,
-        their QPs pace at line rate, and the NICs' fair shares still hold with all of them. (A
+        their QPs pace at line rate, and the shares still hold with all of them (_frozen_shares). (A
         connection of the partition's own: its next flow, which takes over in turn.)"""
         added = []
         for conn, path in soon:
@@ -1404,9 +1404,10 @@ class FastForward:
         return sum(self.net.data_frame_bytes / 2 / self.ports.rates[p] for p in sorted(busy))
 
     def _fair_join_shares(self, conn: int) -> tuple[int, int, dict[int, float], float] | None:
-        """A flow starting on idle `conn` whose ports touch one partition, frozen at its NICs' fair
-        shares: if its QP paces at line rate, nothing is queued on its switch ports, and the
-        shares hold with it (the partition's rates being its shares without it), `conn`, the
+        """A flow starting on idle `conn` whose ports touch one partition, frozen at its fair shares
+        (_frozen_shares: its NICs', or with fair_shares "links" its links'): if its QP paces at line
+        rate, nothing is queued on its switch ports, and the shares hold with it (the partition's
+        rates being its shares without it), `conn`, the
         partition, its flows' shares with it and its own (it joins frozen: _fair_join); else
         None. (Ring steps start one by one, each when its predecessor's chunk arrived:
         gpt-bench-dcqcn's starts within min_freeze of a partition forming kept it from freezing at
