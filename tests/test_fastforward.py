@@ -20,6 +20,7 @@ from bridge.engine.fastforward import NEVER, Deadlines
 from bridge.errors import ScenarioError
 
 LINK = {"rate": "100Gbps", "delay": "1us"}
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 
 
 def scenario(tmp_path: Path, flows: list[dict], name: str = "ff", **accel) -> Path:
@@ -336,7 +337,7 @@ def test_no_flow_joins_a_ring_frozen_at_its_shares_while_a_vacant_connection_hol
     # gains are revoked. A flow joining in between took new shares without the vacant QP, and the
     # revoke took the same rates off again: two pipeline sends came out 18-21 % slow (3.7 us),
     # and the second iteration 2.5 % long (0.5 % now).
-    data = yaml.safe_load((Path(__file__).parent.parent / "scenarios" / "gpt-tiny.yaml").read_text())
+    data = yaml.safe_load((SCENARIOS / "gpt-tiny.yaml").read_text())
     data.update(training={"preset": "gpt-tiny", "iterations": 2}, transport={"kind": "rdma", "cc": "dcqcn"},
                 accel={"fair_shares": "links"})
     path = tmp_path / "gpt-tiny-dcqcn.yaml"
@@ -406,7 +407,7 @@ def test_bad_accel_option_is_one_line(tmp_path):
                                   "gpt-tiny.yaml", "moe-tiny.yaml"])
 def test_engine_without_freezing_is_stock_on_every_topology_and_workload(name, tmp_path):
     """The partition-tag simulator, the probe and the partition bookkeeping change nothing."""
-    path = Path(__file__).resolve().parents[1] / "scenarios" / name
+    path = SCENARIOS / name
     stock = api.run(path, tmp_path / "stock")
     ablation = api.run(path, tmp_path / "no-ff", accel=True, fast_forward=False)
     assert ablation.summary["accel"]["tagging_errors"] == 0
