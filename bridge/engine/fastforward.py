@@ -474,6 +474,9 @@ class FastForward:
         self.lag_ns: dict[int, float] = {}                # per connection: how long its deliveries lag its sends
         self.hops: dict[int, tuple[list, list]] = {}      # per connection: (port, ns) of its data, its ACK path
         self.port_arrays: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per connection: its data ports, its ACK ports
+        # _frozen_shares per tuple of connections: a function of their fixed paths alone, asked
+        # again at each forming and join of the same connections (gpt-bench-dcqcn: 513 asks, 263 sets).
+        self._frozen_shares_of: dict[tuple[int, ...], np.ndarray | None] = {}
         self.next_check_ns = spec.tau * (spec.window + 1)
         self.all_frozen = False                          # since the last run slice (next_wakeup_ns)
         self.stats = FastForwardStats()
@@ -1228,7 +1231,16 @@ class FastForward:
         """The max-min fair shares of QPs of `conns` paced at line rate, if a partition of them may
         be frozen at those: they are those of the hosts' NICs alone and no switch port merges them
         full (_merging_full); with spec.fair_shares "links" (DCQCN), any (switch ports may bind);
-        else None."""
+        else None. (Read-only: kept per tuple of connections.)"""
+        key = tuple(conns)
+        if key not in self._frozen_shares_of:
+            shares = self._compute_frozen_shares(conns)
+            if shares is not None:
+                shares.flags.writeable = False
+            self._frozen_shares_of[key] = shares
+        return self._frozen_shares_of[key]
+
+    def _compute_frozen_shares(self, conns: list[int]) -> np.ndarray | None:
         caps = self._caps(conns)
         shares = self._fair_model(conns).shares(caps)
         if np.any(shares <= 0):
