@@ -118,15 +118,6 @@ FlowTable::GetSkipped(uint32_t flow) const
     return m_flows.at(flow).skipped;
 }
 
-void
-FlowTable::ReadSettled(const uint32_t* flows, uint32_t n, uint64_t* out) const
-{
-    for (uint32_t i = 0; i < n; ++i)
-    {
-        out[i] = m_delivered.at(flows[i]) + m_flows.at(flows[i]).skipped;
-    }
-}
-
 int64_t
 FlowTable::GetStartNs(uint32_t flow) const
 {
@@ -593,15 +584,6 @@ Ptr<FlowSender>
 FlowManager::GetSender(uint32_t conn) const
 {
     return m_senders.at(conn);
-}
-
-void
-FlowManager::ReadUntransmitted(const uint32_t* conns, const uint32_t* flows, uint32_t n, uint64_t* out) const
-{
-    for (uint32_t i = 0; i < n; ++i)
-    {
-        out[i] = m_senders.at(conns[i])->GetUntransmittedOf(flows[i]);
-    }
 }
 
 } // namespace wormhole

@@ -97,9 +97,6 @@ class FlowTable
     uint64_t GetDelivered(uint32_t flow) const;
     int64_t GetLastDelivery(uint32_t flow) const; //!< see ReadLastDelivery
     uint64_t GetSkipped(uint32_t flow) const;
-    /// Per flow of flows[0..n), its bytes delivered plus those skipped, into out: the control
-    /// plane asks this of every flow of a partition at once (a cppyy call per flow costs more).
-    void ReadSettled(const uint32_t* flows, uint32_t n, uint64_t* out) const;
     int64_t GetStartNs(uint32_t flow) const;
     int64_t GetEndNs(uint32_t flow) const;
     /// Copy the ids of flows completed since the last call into out (at most cap); returns count.
@@ -234,8 +231,6 @@ class FlowManager
 
     FlowTable& GetTable();
     ns3::Ptr<FlowSender> GetSender(uint32_t conn) const;
-    /// Per i < n, the bytes of flows[i] on connection conns[i] never transmitted, into out.
-    void ReadUntransmitted(const uint32_t* conns, const uint32_t* flows, uint32_t n, uint64_t* out) const;
 
   private:
     NetworkBuilder* m_network;

@@ -2231,22 +2231,4 @@ RdmaFlowManager::GetSender(uint32_t conn) const
     return m_network->GetFabric()->qps.at(conn).get();
 }
 
-void
-RdmaFlowManager::ReadUntransmitted(const uint32_t* conns, const uint32_t* flows, uint32_t n, uint64_t* out) const
-{
-    for (uint32_t i = 0; i < n; ++i)
-    {
-        out[i] = GetSender(conns[i])->GetUntransmittedOf(flows[i]);
-    }
-}
-
-void
-RdmaFlowManager::ReadRates(const uint32_t* conns, uint32_t n, double* out) const
-{
-    for (uint32_t i = 0; i < n; ++i)
-    {
-        out[i] = GetSender(conns[i])->GetRateBps();
-    }
-}
-
 } // namespace wormhole

@@ -273,10 +273,6 @@ class RdmaFlowManager
     uint64_t SkipFlow(uint32_t flow, uint32_t conn, uint64_t bytes);
     FlowTable& GetTable();
     RdmaQp* GetSender(uint32_t conn) const;
-    /// Per i < n, the bytes of flows[i] on QP conns[i] not yet sent once, into out.
-    void ReadUntransmitted(const uint32_t* conns, const uint32_t* flows, uint32_t n, uint64_t* out) const;
-    /// Per i < n, QP conns[i]'s rate (bps), into out.
-    void ReadRates(const uint32_t* conns, uint32_t n, double* out) const;
 
   private:
     RdmaNetwork* m_network;

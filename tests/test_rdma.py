@@ -172,23 +172,6 @@ def test_go_back_n_recovers_from_injected_loss(fabric):
     assert f.fm.GetSender(conn_a).GetRetransmittedBytes() + f.fm.GetSender(conn_b).GetRetransmittedBytes() > 0
 
 
-def test_batch_reads_agree_with_the_per_flow_getters_mid_incast(fabric):
-    """ReadSettled, ReadUntransmitted and ReadRates (the engine asks a partition's flows at once)
-    give what the per-flow getters give, in the order asked, mid-flight with rates cut."""
-    f = fabric("incast2", {"HAS_WIN": 0})
-    (a, conn_a), (b, conn_b) = f.start(1, 0, 3_000_000), f.start(2, 0, 1_000_000)
-    f.run_until(60_000)
-    flows, conns = np.array([b, a], dtype=np.uint32), np.array([conn_b, conn_a], dtype=np.uint32)
-    settled, untransmitted, rates = np.zeros(2, np.uint64), np.zeros(2, np.uint64), np.zeros(2)
-    f.table.ReadSettled(flows, 2, settled)
-    f.fm.ReadUntransmitted(conns, flows, 2, untransmitted)
-    f.fm.ReadRates(conns, 2, rates)
-    assert settled.tolist() == [f.table.GetDelivered(x) + f.table.GetSkipped(x) for x in (b, a)]
-    assert untransmitted.tolist() == [f.fm.GetSender(c).GetUntransmittedOf(x) for c, x in ((conn_b, b), (conn_a, a))]
-    assert rates.tolist() == [f.rate(conn_b), f.rate(conn_a)]
-    assert 0 < settled[1] < 3_000_000 and 0 < untransmitted[1] < 3_000_000 and rates[1] < 100 * GBPS
-
-
 def test_dcqcn_cuts_rate_on_cnp_and_recovers(fabric):
     """Two senders without a window fill the switch queue past KMIN: CNPs cut the long flow's
     rate; once the short flow ends, the rate timer brings it back towards line rate."""

@@ -426,7 +426,6 @@ class FastForward:
         self.net = net
         self.spec = spec
         self.flow_sizes = flow_sizes
-        self._size_array = np.array(flow_sizes, dtype=np.int64)
         n_flows = len(flow_sizes)
         # Flows complete inside frozen partitions at their computed time (RDMA: a QP's flows are
         # offsets in one byte stream). TCP's flows pass through the socket's send buffer, whose
@@ -952,14 +951,6 @@ class FastForward:
         """Bytes of `flow` still to deliver (its unsent bytes and those in flight)."""
         return self.flow_sizes[flow] - int(self.table.GetDelivered(flow)) - int(self.table.GetSkipped(flow))
 
-    def _left_of(self, flows: list[int]) -> np.ndarray:
-        """_left of each of `flows` (not empty), read in one call: a partition forming asks it of
-        each of its flows (moe-8x7b-dcqcn: 1.46 M asks, a cppyy call each, 3 % of a warm loop)."""
-        ids = np.array(flows, dtype=np.uint32)
-        settled = np.empty(len(ids), dtype=np.uint64)
-        self.table.ReadSettled(ids, len(ids), settled)
-        return self._size_array[ids] - settled.astype(np.int64)
-
     def _plan_end(self, frozen: Frozen, flow: int) -> None:
         """Its computed end, and when to check it may stay computed: while it still has `margin`
         bytes left to send (the connection's bytes in flight, queues included, come on top). Not
@@ -1154,12 +1145,6 @@ class FastForward:
         self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
         return self._cc_buf[0] >= self.line_rate[conn] * 8e9 * (1 - 1e-6)
 
-    def _all_pace_at_line_rate(self, conns: list[int]) -> bool:
-        """_paces_at_line_rate of every QP of `conns` (RDMA, not empty), read in one call."""
-        rates = np.empty(len(conns))
-        self.net.flows.ReadRates(np.array(conns, dtype=np.uint32), len(conns), rates)
-        return bool(np.all(rates >= np.array([self.line_rate[c] for c in conns]) * 8e9 * (1 - 1e-6)))
-
     def _nic(self, conn: int) -> int:
         """The port the connection's data leaves its sender by."""
         return self.hops[conn][0][0][0]
@@ -1209,12 +1194,12 @@ class FastForward:
         round trips, which the freeze skips, as it does the queue they build."""
         flows = sorted(part.flows)
         conns = [self.conn_of[f] for f in flows]
-        if self.episodes and self._left_of(flows).max() < self._episode_bound(flows):
+        if self.episodes and max(self._left(f) for f in flows) < self._episode_bound(flows):
             return False
         hpcc = self.net.u_target > 0
-        if not hpcc and not self._all_pace_at_line_rate(conns):
+        if not hpcc and not all(self._paces_at_line_rate(conn) for conn in conns):
             return False
-        if not self._untransmitted_of(flows).all():
+        if any(self._untransmitted(f) == 0 for f in flows):
             return False
         if self._queued_on_switches(conns, drained=hpcc):
             return False
@@ -1534,7 +1519,7 @@ class FastForward:
         # gpt-bench-hpcc's FCT p99 at 9.8 % against 6.0 %: a flow thawed inside a record resumes
         # with its window from before the freeze, which HPCC moves at every ACK.)
         line_rate = max(self.line_rate[self.conn_of[f]] for f in flows)
-        unsent = dict(zip(flows, self._untransmitted_of(flows).tolist()))
+        unsent = {f: self._untransmitted(f) for f in flows}
         shortest = min(unsent.values())
         reach = self.spec.margin + self.spec.min_freeze * line_rate
         if shortest < (self.spec.margin if self.net.rdma and not self.net.utilization_cc else reach):
@@ -1605,13 +1590,13 @@ class FastForward:
         watched = [self.episode_of[f] for f in flows if f in self.episode_of]
         if watched:
             return any(episode.joins for episode in watched)
-        left = dict(zip(flows, self._left_of(flows).tolist()))
+        left = {f: self._left(f) for f in flows}
         # (Longer flows, which can be frozen steady, made worse episodes: on gpt-bench-dcqcn its
         # 384 KB pipeline sends, often thawed early by rings starting beside them, doubled p99.)
         short = self._episode_bound(flows)
         if max(left.values()) >= short:
             return False
-        if not self._untransmitted_of(flows).any():
+        if all(self._untransmitted(f) == 0 for f in flows):
             # Every byte is on the wire (a flow that took over its QP behind a predecessor): nothing
             # to skip but the wait for the ACKs, which the queues ahead decide and no label holds
             # (gpt-tiny's pipeline sends: such a replay ended 2.4 us early, 22 % of its FCT).
@@ -1817,8 +1802,8 @@ class FastForward:
 
     def _cut_ns(self, flows: list[int]) -> int:
         """How long until the first of `flows` could get within `margin` of its end at line rate."""
-        return min(int((unsent - self.spec.margin) / self.line_rate[self.conn_of[f]])
-                   for f, unsent in zip(flows, self._untransmitted_of(flows).tolist()))
+        return min(int((self._untransmitted(f) - self.spec.margin) / self.line_rate[self.conn_of[f]])
+                   for f in flows)
 
     def _last_rates(self, forming: Forming, now: int) -> dict[int, float]:
         """Bytes per ns each flow of a forming partition delivered since the latest probe sample at
@@ -1888,14 +1873,6 @@ class FastForward:
 
     def _untransmitted(self, flow: int) -> int:
         return int(self._sender(self.conn_of[flow]).GetUntransmittedOf(flow))
-
-    def _untransmitted_of(self, flows: list[int]) -> np.ndarray:
-        """_untransmitted of each of `flows` (not empty), read in one call."""
-        ids = np.array(flows, dtype=np.uint32)
-        conns = np.array([self.conn_of[f] for f in flows], dtype=np.uint32)
-        out = np.empty(len(ids), dtype=np.uint64)
-        self.net.flows.ReadUntransmitted(conns, ids, len(ids), out)
-        return out.astype(np.int64)
 
     def _thaw_interrupted(self, now: int) -> None:
         """Events were scheduled into frozen partitions: thaw them now (skip-back)."""
