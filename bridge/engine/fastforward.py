@@ -94,6 +94,18 @@ FAIR_MATCH = 0.02
 # of it, QPs pacing above their NIC shares by this fraction of their rate.
 HPCC_LOAD_MARGIN = 0.05
 HPCC_PACING_MARGIN = 0.1
+# HPCC holds a switch port where its QPs' frames and others' ACKs merge at this fraction of
+# U_TARGET (_cut_to_link_shares): the frame of queue the streams' interleaving leaves now and then
+# counts in its utilization. Frames and ACKs at partitions' steady freezes (U_TARGET 0.95; 783 flows
+# on gpt-bench-hpcc, gpt-xl-hpcc, moe-bench-hpcc): their bottleneck loaded 0.9449-0.9504, median 0.9467.
+HPCC_MERGED_LOAD = 0.9467 / 0.95
+# HPCC link shares: QPs meeting on a switch port at more than its share fill its queue for a round
+# trip; HPCC then cuts them below their shares and they climb back over MI_THRESH round trips. They
+# come out late by about this many round trips per share of overload (two QPs at line rate into a
+# port, 4 MB each: 5-18 us; three 384 KB pipeline sends: 30 us), which must stay below this
+# fraction of their time left.
+HPCC_RECOVERY_RTTS = 2.0
+HPCC_RECOVERY_ERROR = 0.025
 # Fair starts find at most the bytes a switch port drains in this long (and fewer than its KMIN)
 # queued on their ports. gpt-bench-dcqcn, steady-only / cold / warm events fewer than stock: none
 # allowed 18.1x / 25.0x / 46.1x, 1.5 us 24.6x / 32.4x / 51.5x at the same errors (no more with up
@@ -497,7 +509,8 @@ class FastForward:
         self.episodes = self.memo is not None and self.computed_ends and spec.episodes
         self.fair_start = enabled and self.computed_ends and (net.fair_share_cc or net.u_target > 0) \
             and spec.fair_start
-        self.link_shares = net.fair_share_cc and spec.fair_shares == "links"
+        self.link_shares = (net.fair_share_cc or net.u_target > 0) and spec.fair_shares == "links"
+        self.hpcc_load = net.u_target * HPCC_MERGED_LOAD    # a switch port's load at HPCC link shares
         # (its connection, pid, the partition's flows' shares with it, its share): the flow that
         # absorbs() let join, until flow_started() takes it in.
         self.joining: tuple[int, int, dict[int, float], float] | None = None
@@ -1149,19 +1162,24 @@ class FastForward:
         """The port the connection's data leaves its sender by."""
         return self.hops[conn][0][0][0]
 
-    def _fair_model(self, conns: list[int], hosts_only: bool = False) -> AckedShares:
+    def _fair_model(self, conns: list[int], hosts_only: bool = False, switch_load: float = 1.0) -> AckedShares:
         """The max-min fair payload rates of the flows of `conns` over their data ports
         (`hosts_only`: over the hosts' NICs alone): a port carries its line rate less the ACKs
         crossing it, each frame's time rounded to the nearest ns as ns-3 does; a QP paces its frames
-        at its line rate, one per whole ns above a frame's time (it wakes on the ns)."""
+        at its line rate, one per whole ns above a frame's time (it wakes on the ns). A switch port
+        carries `switch_load` of its line rate (HPCC holds it there)."""
         net = self.net
+        frame_ns, ack_ns = self._frame_ns, self._ack_ns
+        if switch_load != 1.0:
+            frame_ns = np.where(self.host_port, frame_ns, frame_ns / switch_load)
+            ack_ns = np.where(self.host_port, ack_ns, ack_ns / switch_load)
         edges = []
         for side in (0, 1):                      # data, ACKs
             ports = [self.port_arrays[c][side] for c in conns]
             if hosts_only:
                 ports = [a[self.host_port[a]] for a in ports]
             edges.append((np.repeat(np.arange(len(conns)), [len(a) for a in ports]), np.concatenate(ports)))
-        return AckedShares(net.h.wh, edges[0], edges[1], self._caps(conns), self._frame_ns, self._ack_ns,
+        return AckedShares(net.h.wh, edges[0], edges[1], self._caps(conns), frame_ns, ack_ns,
                            net.payload_bytes, net.acked_per_ack)
 
     def _caps(self, conns: list[int]) -> np.ndarray:
@@ -1201,10 +1219,11 @@ class FastForward:
             return False
         if any(self._untransmitted(f) == 0 for f in flows):
             return False
-        if self._queued_on_switches(conns, drained=hpcc):
+        if self._queued_on_switches(conns, drained=hpcc and not self.link_shares):
             return False
         shares = self._frozen_shares(conns)
-        if shares is None or hpcc and not self._nic_bound_on_utilization(flows, shares):
+        if shares is None or hpcc and not (self._cut_to_link_shares(flows, shares) if self.link_shares
+                                           else self._nic_bound_on_utilization(flows, shares)):
             return False
         soon = [(conn, path) for _, _, conn, _, _ in self.known_starts(now + self.spec.min_freeze)
                 if (path := self._connection_path(conn)) & part.ports]
@@ -1242,7 +1261,8 @@ class FastForward:
 
     def _compute_frozen_shares(self, conns: list[int]) -> np.ndarray | None:
         caps = self._caps(conns)
-        shares = self._fair_model(conns).shares(caps)
+        hpcc = self.net.u_target > 0
+        shares = self._fair_model(conns, switch_load=self.hpcc_load if hpcc and self.link_shares else 1.0).shares(caps)
         if np.any(shares <= 0):
             return None
         if self.link_shares:
@@ -1276,11 +1296,8 @@ class FastForward:
         at least. Every switch port is loaded below U_TARGET with a margin (HPCC_LOAD_MARGIN), so
         no QP is cut and each climbs to line rate; and each paces now with HPCC_PACING_MARGIN above
         its share, so its NIC binds from the first frame, the few percent a utilization still
-        above U_TARGET from before takes off its rate included. Its ends beside others' data are
-        simulated (the partition thaws `margin` bytes before): a partition that would thaw sooner
-        is not frozen (it would freeze again as the thaw re-forms it)."""
-        if any(self._untransmitted(f) - self.spec.margin < self.spec.min_freeze * share
-               for f, share in zip(flows, shares.tolist())):
+        above U_TARGET from before takes off its rate included; and it outlasts min_freeze."""
+        if not self._outlasts_min_freeze(flows, shares):
             return False
         conns = [self.conn_of[f] for f in flows]
         load, _ = self._switch_loads(conns, shares)
@@ -1291,6 +1308,44 @@ class FastForward:
             if self._paced(self._cc_buf[0] / 8e9) * (1 - HPCC_PACING_MARGIN) < share:
                 return False
         return True
+
+    def _cut_to_link_shares(self, flows: list[int], shares: np.ndarray) -> bool:
+        """HPCC with fair_shares "links": whether QPs settle at these shares (_frozen_shares: switch
+        ports loaded to hpcc_load) within a few round trips. Each paces at its share or above now,
+        so HPCC only cuts its rate: a utilization over U_TARGET cuts it at the next ACK, while one
+        below raises it by RATE_AI per round trip for MI_THRESH of them first. (As a ring step's
+        flows start one by one, the first are already at their shares, a frame's time slow at most.)"""
+        if not self._outlasts_min_freeze(flows, shares):
+            return False
+        conns = [self.conn_of[f] for f in flows]
+        paced = []
+        for conn, share in zip(conns, shares.tolist()):
+            self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
+            paced.append(self._paced(self._cc_buf[0] / 8e9))
+            if paced[-1] < share * (1 - FAIR_MATCH):
+                return False
+        load, _ = self._switch_loads(conns, shares)
+        for port, fill in load.items():
+            if fill < self.hpcc_load * (1 - 1e-6):
+                continue
+            at = [i for i, conn in enumerate(conns) if port in self.ports_of[conn].data]
+            rates = [paced[i] for i in at]
+            if max(rates) > min(rates) * (1 + FAIR_MATCH):
+                return False
+            overload = sum(rates) / sum(shares[i] for i in at) - 1
+            for i in at:
+                recovery = HPCC_RECOVERY_RTTS * overload * self.lag_ns[conns[i]]
+                if recovery * shares[i] > HPCC_RECOVERY_ERROR * self._untransmitted(flows[i]):
+                    return False
+        return True
+
+    def _outlasts_min_freeze(self, flows: list[int], shares: np.ndarray) -> bool:
+        """Whether every flow at its share has more than `margin` bytes left to send after
+        min_freeze: its end beside others' data is simulated (HPCC; the partition thaws `margin`
+        bytes before), and a partition that would thaw sooner would freeze again as the thaw
+        re-forms it."""
+        return all(self._untransmitted(f) - self.spec.margin >= self.spec.min_freeze * share
+                   for f, share in zip(flows, shares.tolist()))
 
     def _merging_full(self, conns: list[int], shares: np.ndarray) -> bool:
         """Whether a switch port that merges the frames of more than two ports before it (data and
