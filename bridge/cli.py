@@ -46,8 +46,8 @@ def _add_engine_settings(parser: argparse.ArgumentParser) -> None:
                         help="DCQCN, HPCC: --no-fair-start waits for the steady test where a partition forms "
                         "at its NICs' fair shares (ablation)")
     parser.add_argument("--fair-shares", choices=["nics", "links"],
-                        help="DCQCN: freeze partitions as they form at fair shares set by the NICs alone "
-                        "(default), or by switch ports too (links: faster, exact for long flows)")
+                        help="DCQCN, HPCC: freeze partitions as they form at fair shares set by the NICs "
+                        "alone (default), or by switch ports too (links: faster, exact for long flows)")
     parser.add_argument("--explain-events", action="store_true", default=None,
                         help="count the simulated events by what the engine did with their partition and "
                         "by collective (summary.json accel.events_by)")

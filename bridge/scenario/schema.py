@@ -272,6 +272,10 @@ class AccelSpec(_Spec):
     # flows on few-way shared ports (gpt-bench-dcqcn: 32x -> 536x fewer events than stock cold, FCT
     # p99 2.8 %), not for short all-to-all flows beside pipeline sends (moe-bench-dcqcn's
     # steady-only p99 0.8 -> 6.8 %) nor many QPs at full spine ports (leafspine-bench-dcqcn: 49 %).
+    # "links" (HPCC): also frozen as it forms at the shares of switch ports held below U_TARGET,
+    # where the QPs meeting at a full port pace alike at or above their shares and HPCC's recovery
+    # from their overload costs them little of their time left (no joins; gpt-xl-hpcc: 70x -> 121x
+    # fewer events cold, moe-bench-hpcc 5.4x -> 6.3x, their errors the same or lower).
     fair_shares: Literal["nics", "links"] = "nics"
     # RDMA: a flow completes inside its frozen partition when the model has delivered its bytes,
     # and its connection's next flow takes over ("computed", the paper's way); or every flow's last
