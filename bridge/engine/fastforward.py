@@ -1314,8 +1314,8 @@ class FastForward:
     def _cut_to_link_shares(self, flows: list[int], shares: np.ndarray) -> bool:
         """HPCC with fair_shares "links": whether QPs settle at these shares (_frozen_shares: switch
         ports loaded to hpcc_load) soon enough. Each paces at its share or above now, so HPCC only
-        cuts its rate (a utilization below U_TARGET would raise it by RATE_AI per round trip for
-        MI_THRESH of them first). At a full port HPCC cuts every QP by the same factor, so they
+        cuts its rate (one below climbs back over round trips, by RATE_AI for the first MI_THRESH:
+        frozen at their shares too, gpt-bench-hpcc's cold FCT p99 went 5.81 -> 7.50 %). At a full port HPCC cuts every QP by the same factor, so they
         must pace alike to end at equal shares (it evens out unequal ones by RATE_AI per round
         trip: a pipeline send at line rate beside a ring's flow at its share kept its lead), and
         their recovery from the overload (HPCC_RECOVERY_RTTS) must cost each little of its time
