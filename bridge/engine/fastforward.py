@@ -1263,8 +1263,8 @@ class FastForward:
 
     def _compute_frozen_shares(self, conns: list[int]) -> np.ndarray | None:
         caps = self._caps(conns)
-        hpcc = self.net.u_target > 0
-        shares = self._fair_model(conns, switch_load=self.hpcc_load if hpcc and self.link_shares else 1.0).shares(caps)
+        switch_load = self.hpcc_load if self.net.u_target > 0 and self.link_shares else 1.0
+        shares = self._fair_model(conns, switch_load=switch_load).shares(caps)
         if np.any(shares <= 0):
             return None
         if self.link_shares:
@@ -1315,9 +1315,10 @@ class FastForward:
         """HPCC with fair_shares "links": whether QPs settle at these shares (_frozen_shares: switch
         ports loaded to hpcc_load) soon enough. Each paces at its share or above now, so HPCC only
         cuts its rate (one below climbs back over round trips, by RATE_AI for the first MI_THRESH:
-        frozen at their shares too, gpt-bench-hpcc's cold FCT p99 went 5.81 -> 7.50 %). At a full port HPCC cuts every QP by the same factor, so they
-        must pace alike to end at equal shares (it evens out unequal ones by RATE_AI per round
-        trip: a pipeline send at line rate beside a ring's flow at its share kept its lead), and
+        frozen at their shares too, gpt-bench-hpcc's cold FCT p99 went 5.81 -> 7.50 %). At a full
+        port HPCC cuts every QP by the same factor, so they must pace alike to end at equal shares
+        (it evens out unequal ones by RATE_AI per round trip: a pipeline send at line rate beside a
+        ring's flow at its share kept its lead), and
         their recovery from the overload (HPCC_RECOVERY_RTTS) must cost each little of its time
         left. A ring step's flows, starting one by one, meet no other flow's data: each is cut
         from line rate to its share at its own port. Its ends beside others' data are simulated."""
