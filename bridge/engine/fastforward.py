@@ -1318,10 +1318,10 @@ class FastForward:
         frozen at their shares too, gpt-bench-hpcc's cold FCT p99 went 5.81 -> 7.50 %). At a full
         port HPCC cuts every QP by the same factor, so they must pace alike to end at equal shares
         (it evens out unequal ones by RATE_AI per round trip: a pipeline send at line rate beside a
-        ring's flow at its share kept its lead), and
-        their recovery from the overload (HPCC_RECOVERY_RTTS) must cost each little of its time
-        left. A ring step's flows, starting one by one, meet no other flow's data: each is cut
-        from line rate to its share at its own port. Its ends beside others' data are simulated."""
+        ring's flow at its share kept its lead), and their recovery from the overload
+        (HPCC_RECOVERY_RTTS) must cost each little of its time left. A ring step's flows, starting
+        one by one, meet no other flow's data: each is cut from line rate to its share at its own
+        port. Its ends beside others' data are simulated."""
         if not self._outlasts_min_freeze(flows, shares):
             return False
         conns = [self.conn_of[f] for f in flows]
