@@ -511,7 +511,8 @@ class FastForward:
         self.fair_start = enabled and self.computed_ends and (net.fair_share_cc or net.u_target > 0) \
             and spec.fair_start
         self.link_shares = (net.fair_share_cc or net.u_target > 0) and spec.fair_shares == "links"
-        self.hpcc_load = net.u_target * HPCC_MERGED_LOAD    # a switch port's load at HPCC link shares
+        # The load a switch port carries at the shares partitions freeze at: HPCC's with link shares.
+        self.switch_load = net.u_target * HPCC_MERGED_LOAD if net.u_target > 0 and self.link_shares else 1.0
         # (its connection, pid, the partition's flows' shares with it, its share): the flow that
         # absorbs() let join, until flow_started() takes it in.
         self.joining: tuple[int, int, dict[int, float], float] | None = None
@@ -1159,6 +1160,11 @@ class FastForward:
         self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
         return self._cc_buf[0] >= self.line_rate[conn] * 8e9 * (1 - 1e-6)
 
+    def _pacing(self, conn: int) -> float:
+        """Payload bytes per ns the connection's QP paces its frames at now (_paced)."""
+        self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
+        return self._paced(self._cc_buf[0] / 8e9)
+
     def _nic(self, conn: int) -> int:
         """The port the connection's data leaves its sender by."""
         return self.hops[conn][0][0][0]
@@ -1252,7 +1258,7 @@ class FastForward:
         """The max-min fair shares of QPs of `conns` paced at line rate, if a partition of them may
         be frozen at those: they are those of the hosts' NICs alone and no switch port merges them
         full (_merging_full); with spec.fair_shares "links", any (switch ports may bind; HPCC holds
-        them at hpcc_load); else None. (Read-only: kept per tuple of connections.)"""
+        them at switch_load); else None. (Read-only: kept per tuple of connections.)"""
         key = tuple(conns)
         if key not in self._frozen_shares_of:
             shares = self._compute_frozen_shares(conns)
@@ -1263,8 +1269,7 @@ class FastForward:
 
     def _compute_frozen_shares(self, conns: list[int]) -> np.ndarray | None:
         caps = self._caps(conns)
-        switch_load = self.hpcc_load if self.net.u_target > 0 and self.link_shares else 1.0
-        shares = self._fair_model(conns, switch_load=switch_load).shares(caps)
+        shares = self._fair_model(conns, switch_load=self.switch_load).shares(caps)
         if np.any(shares <= 0):
             return None
         if self.link_shares:
@@ -1305,15 +1310,12 @@ class FastForward:
         load, _ = self._switch_loads(conns, shares)
         if any(l >= self.net.u_target * (1 - HPCC_LOAD_MARGIN) for l in load.values()):
             return False
-        for conn, share in zip(conns, shares.tolist()):
-            self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
-            if self._paced(self._cc_buf[0] / 8e9) * (1 - HPCC_PACING_MARGIN) < share:
-                return False
-        return True
+        return all(self._pacing(conn) * (1 - HPCC_PACING_MARGIN) >= share
+                   for conn, share in zip(conns, shares.tolist()))
 
     def _cut_to_link_shares(self, flows: list[int], shares: np.ndarray) -> bool:
         """HPCC with fair_shares "links": whether QPs settle at these shares (_frozen_shares: switch
-        ports loaded to hpcc_load) soon enough. Each paces at its share or above now, so HPCC only
+        ports loaded to switch_load) soon enough. Each paces at its share or above now, so HPCC only
         cuts its rate (one below climbs back over round trips, by RATE_AI for the first MI_THRESH:
         frozen at their shares too, gpt-bench-hpcc's cold FCT p99 went 5.81 -> 7.50 %). At a full
         port HPCC cuts every QP by the same factor, so they must pace alike to end at equal shares
@@ -1325,15 +1327,12 @@ class FastForward:
         if not self._outlasts_min_freeze(flows, shares):
             return False
         conns = [self.conn_of[f] for f in flows]
-        paced = []
-        for conn, share in zip(conns, shares.tolist()):
-            self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
-            paced.append(self._paced(self._cc_buf[0] / 8e9))
-            if paced[-1] < share * (1 - FAIR_MATCH):
-                return False
+        paced = [self._pacing(conn) for conn in conns]
+        if any(rate < share * (1 - FAIR_MATCH) for rate, share in zip(paced, shares.tolist())):
+            return False
         load, _ = self._switch_loads(conns, shares)
         for port, fill in load.items():
-            if fill < self.hpcc_load * (1 - 1e-6):
+            if fill < self.switch_load * (1 - 1e-6):
                 continue
             at = [i for i, conn in enumerate(conns) if port in self.ports_of[conn].data]
             rates = [paced[i] for i in at]
