@@ -338,6 +338,22 @@ def test_hpcc_qps_meeting_on_a_switch_port_freeze_at_its_shares_below_u_target_w
     assert errors[:3].max() < 0.03 and errors[:3].max() < fct_errors(stock.flows, nics.flows)[:3].max()
 
 
+def test_hpcc_qps_frozen_at_link_shares_go_on_from_their_shares_at_the_thaw(tmp_path):
+    # The 2-to-1 incast above freezes as it forms, while its QPs still pace at line rate (HPCC's
+    # cut is what the freeze skips). h3 -> h0 starting 100 us later thaws it: left at line rate,
+    # the two QPs burst into h0's port beside the newcomer and it came out 54 % late (the incast's
+    # flows 2-3 %); they go on from their shares now, as HPCC has them in stock.
+    path = rdma_scenario(tmp_path, [{"src": 1, "dst": 0, "size": "4MB", "start": "0us"},
+                                    {"src": 2, "dst": 0, "size": "4MB", "start": "0us"},
+                                    {"src": 3, "dst": 0, "size": "2MB", "start": "100us"}], cc="hpcc")
+    links = api.run(path, tmp_path / "links", accel=True, memo=False, accel_overrides={"fair_shares": "links"})
+    s = links.summary["accel"]
+    assert s["fair_starts"] == 1 and s["skip_backs"] == 1
+    stock = api.run(path, tmp_path / "stock")
+    errors = fct_errors(stock.flows, links.flows)
+    assert errors[:2].max() < 0.02 and errors[2] < 0.1, errors
+
+
 def test_a_flow_known_to_start_across_two_partitions_lets_both_freeze_at_their_shares_until_then(tmp_path):
     # h0 -> h1 and h2 -> h3 form two partitions at their NICs' shares; h1 -> h2, known to start
     # 10 us later, touches both (its data leaves h1's NIC with h0 -> h1's ACKs and enters h2 where
