@@ -348,10 +348,24 @@ def test_hpcc_qps_frozen_at_link_shares_go_on_from_their_shares_at_the_thaw(tmp_
                                     {"src": 3, "dst": 0, "size": "2MB", "start": "100us"}], cc="hpcc")
     links = api.run(path, tmp_path / "links", accel=True, memo=False, accel_overrides={"fair_shares": "links"})
     s = links.summary["accel"]
-    assert s["fair_starts"] == 1 and s["skip_backs"] == 1
+    assert s["fair_starts"] >= 1 and s["skip_backs"] == 1   # (and again once the three settle)
     stock = api.run(path, tmp_path / "stock")
     errors = fct_errors(stock.flows, links.flows)
     assert errors[:2].max() < 0.02 and errors[2] < 0.1, errors
+
+
+def test_an_hpcc_qp_cut_below_its_share_freezes_once_it_climbs_back(tmp_path):
+    # A 384 KB send and a 6 MB one into h0 on HPCC: the short one's end (simulated beside the
+    # other's data) leaves the long one alone, cut to a third of its share. Its partition is tried
+    # again every 10 us and freezes at its share once HPCC has climbed back (20 us later), where it
+    # waited for the steady test before (2.2x fewer events than stock).
+    path = rdma_scenario(tmp_path, [{"src": 1, "dst": 0, "size": "384KB", "start": "0us"},
+                                    {"src": 2, "dst": 0, "size": "6MB", "start": "0us"}], cc="hpcc")
+    links = api.run(path, tmp_path / "links", accel=True, memo=False, accel_overrides={"fair_shares": "links"})
+    assert links.summary["accel"]["fair_starts"] == 1
+    stock = api.run(path, tmp_path / "stock")
+    assert links.summary["events"] < 0.25 * stock.summary["events"]
+    assert fct_errors(stock.flows, links.flows).max() < 0.005
 
 
 def test_a_flow_known_to_start_across_two_partitions_lets_both_freeze_at_their_shares_until_then(tmp_path):
