@@ -1253,7 +1253,8 @@ class FastForward:
         (DCQCN) the shares may be set by switch ports too (_frozen_shares): QPs meeting there at
         line rate fill its queue, and DCQCN's marks cut them to about those shares within a few
         round trips, which the freeze skips, as it does the queue they build; on HPCC, at the
-        shares of switch ports held below U_TARGET (_cut_to_link_shares)."""
+        shares of switch ports held below U_TARGET (_cut_to_link_shares). On HPCC a partition whose
+        QPs do not pace so yet is tried again HPCC_RETRY_NS later (wakeup), until it changes."""
         flows = sorted(part.flows)
         conns = [self.conn_of[f] for f in flows]
         if self.episodes and max(self._left(f) for f in flows) < self._episode_bound(flows):
@@ -1342,9 +1343,8 @@ class FastForward:
         at least. Every switch port is loaded below U_TARGET with a margin (HPCC_LOAD_MARGIN), so
         no QP is cut and each climbs to line rate; and each paces now with HPCC_PACING_MARGIN above
         its share, so its NIC binds from the first frame, the few percent a utilization still
-        above U_TARGET from before takes off its rate included; and it outlasts min_freeze."""
-        if not self._outlasts_min_freeze(flows, shares):
-            return False
+        above U_TARGET from before takes off its rate included. (The caller checks that they
+        outlast min_freeze.)"""
         conns = [self.conn_of[f] for f in flows]
         load, _ = self._switch_loads(conns, shares)
         if any(l >= self.net.u_target * (1 - HPCC_LOAD_MARGIN) for l in load.values()):
@@ -1362,9 +1362,8 @@ class FastForward:
         ring's flow at its share kept its lead), and their recovery from the overload
         (HPCC_RECOVERY_RTTS) must cost each little of its time left. A ring step's flows, starting
         one by one, meet no other flow's data: each is cut from line rate to its share at its own
-        port. Its ends beside others' data are simulated."""
-        if not self._outlasts_min_freeze(flows, shares):
-            return False
+        port. Its ends beside others' data are simulated. (The caller checks that they outlast
+        min_freeze.)"""
         conns = [self.conn_of[f] for f in flows]
         paced = [self._pacing(conn) for conn in conns]
         if any(rate < share * (1 - FAIR_MATCH) for rate, share in zip(paced, shares.tolist())):
