@@ -438,6 +438,21 @@ def test_a_flow_ending_where_others_send_leaves_them_its_share_or_has_its_end_si
     assert fct_errors(stock.flows, accel.flows).max() < bound
 
 
+def test_hpcc_at_link_shares_computes_an_end_beside_others_data(tmp_path):
+    # The incast above with fair_shares "links": frozen as it forms at its share of h5's port,
+    # where HPCC holds the two QPs. At the short flow's end HPCC takes the long one up to the whole
+    # port within round trips: its end is computed and the long one gets the port from then on, as
+    # on DCQCN; nothing thaws. (Before, the partition thawed for the short flow's end.)
+    path = rdma_scenario(tmp_path, [{"src": 1, "dst": 5, "size": "4MB", "start": "0us"},
+                                    {"src": 2, "dst": 5, "size": "8MB", "start": "0us"}], cc="hpcc")
+    accel = api.run(path, tmp_path / "accel", accel=True, memo=False, accel_overrides={"fair_shares": "links"})
+    s = accel.summary["accel"]
+    assert (s["fair_starts"], s["freezes"], s["ends_computed"], s["skip_backs"]) == (1, 1, 2, 0)
+    stock = api.run(path, tmp_path / "stock")
+    assert accel.summary["events"] < 0.1 * stock.summary["events"]
+    assert fct_errors(stock.flows, accel.flows).max() < 0.01
+
+
 def test_skip_reaches_into_the_socket_send_buffer(tmp_path):
     """A connection's only flow loses its never-transmitted bytes in the TCP send buffer too. In a
     2-to-1 incast (ECN keeps each cwnd near 70 KB) what remains after the thaw is the 64 KB margin
