@@ -943,7 +943,7 @@ class FastForward:
                     self.pending_ends[flow] = frozen.ends[flow]
         for conn in sorted(frozen.held):
             self.net.flows.Resume(conn)            # what it has left to send, it sends now
-        if frozen.at_shares and self.switch_load < 1.0:
+        if self._held_at_link_shares(frozen):
             self._pace_cut_qps(frozen, now)
         for flow in frozen.rates:
             conn = self.conn_of[flow]
@@ -1204,8 +1204,8 @@ class FastForward:
         dcqcn's 32 QPs on HPCC, frozen at 1.8-10.6 GB/s, all sent at 12.5 GB/s at the thaw 400 us
         later (FCT p99 38.2 %; 4.8 % so), and partitions re-formed after a thaw passed as pacing
         alike where a QP starting at line rate met one HPCC had cut (gpt-13b-hpcc warm: 1454x
-        fewer events than stock then, 1074x now). A QP whose share its NIC sets is not cut: HPCC
-        has it pace at line rate, its NIC serving it in turn."""
+        fewer events than stock then, 1074x with this change alone). A QP whose share its NIC sets
+        is not cut: HPCC has it pace at line rate, its NIC serving it in turn."""
         flows = sorted(frozen.rates)
         conns = [self.conn_of[f] for f in flows]
         nics = self._fair_model(conns, hosts_only=True).shares(self._caps(conns))
