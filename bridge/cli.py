@@ -47,7 +47,8 @@ def _add_engine_settings(parser: argparse.ArgumentParser) -> None:
                         "at its NICs' fair shares (ablation)")
     parser.add_argument("--fair-shares", choices=["nics", "links"],
                         help="DCQCN, HPCC: freeze partitions as they form at fair shares set by the NICs "
-                        "alone (default), or by switch ports too (links: faster, exact for long flows)")
+                        "alone (default), or by switch ports too (links: faster on the GPT benches, "
+                        "off them often less exact: README Known limits)")
     parser.add_argument("--explain-events", action="store_true", default=None,
                         help="count the simulated events by what the engine did with their partition and "
                         "by collective (summary.json accel.events_by)")

@@ -275,7 +275,10 @@ class AccelSpec(_Spec):
     # "links" (HPCC): also frozen as it forms at the shares of switch ports held below U_TARGET,
     # where the QPs meeting at a full port pace alike at or above their shares and HPCC's recovery
     # from their overload costs them little of their time left (no joins; gpt-xl-hpcc: 70x -> 121x
-    # fewer events cold, moe-bench-hpcc 5.4x -> 6.3x, their errors the same or lower).
+    # fewer events cold, moe-bench-hpcc 5.4x -> 6.3x, their errors the same or lower). A partition
+    # not pacing so yet is tried again every 10 us, ends beside others' data are computed, and at a
+    # thaw the QPs cut go on from their shares (gpt-bench-hpcc cold: 23.1x, FCT p99 4.08 %). Off the
+    # ROFT benches no better than "nics" (leaf-spine, tiny scenarios: README Known limits).
     fair_shares: Literal["nics", "links"] = "nics"
     # RDMA: a flow completes inside its frozen partition when the model has delivered its bytes,
     # and its connection's next flow takes over ("computed", the paper's way); or every flow's last
