@@ -3,7 +3,7 @@
     python benchmarks/rdma_reference.py --out out/rdma-reference [--accel] [case/cc ...]
 
 Runs every reference config in scenarios/hpcc-sim (imported directly: config, topology and flow
-files in the reference's formats) and prints the README's parity table: mean FCT ours vs the
+files in the reference's formats) and prints the parity table of docs/rdma.md: mean FCT ours vs the
 reference's, the mean of per-flow errors, the largest per-flow error (flows matched by host pair,
 as both simulators number them), the largest error after sorting both sides' FCTs (the same
 distribution of finish times, whichever flow got which), our own seed noise (the largest per-flow

@@ -4,7 +4,7 @@
 
 The benches (memo_benches.py) are where the speed is measured; these small scenarios are where
 short flows, hand-overs on a connection and replays of a few microseconds make most of each
-FCT, so an engine error shows here first (one did: see README, "Accuracy on small scenarios").
+FCT, so an engine error shows here first (one did: see docs/rdma.md, "Accuracy on small scenarios").
 For each scenario, in this invocation: stock, stock with its first flow released 1 ns later
 (how chaotic the scenario is by itself), and the engine steady-only, with memo on an empty store
 (cold) and on the store the cold run filled (warm). Prints one row per scenario and mode: how

@@ -2,7 +2,7 @@
 
     python benchmarks/validate_benches.py --out out/validate [--noise-floor] [names ...]
 
-Runs `wormhole validate` (bridge.validate) per scenario and prints the README's acceleration table:
+Runs `wormhole validate` (bridge.validate) per scenario and prints an acceleration table:
 scenario, stock loop s, accelerated loop s, speedup, FCT error mean / p99, iteration error, skipped
 events. Each scenario's report.md, validation.json and plots stay in OUT/<name>/. A bench takes
 minutes (the stock run dominates); run on a quiet machine, timings are wall clock.

@@ -19,8 +19,9 @@ from cache_store import CacheError
 
 from . import __version__
 from .engine.executor import Executor
-from .engine.fastforward import FastForward, Ports
+from .engine.fastforward import FastForward
 from .engine.memo import RECORD_MODEL, Memo, fingerprint, open_store
+from .engine.state import Ports
 from .errors import CacheFileError
 from .ns3.loader import load, ns3_version
 from .ns3.network import build_network, configure_transport, segment_size, use_tag_simulator

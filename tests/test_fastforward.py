@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from bridge import api
 from bridge.cli import main
-from bridge.engine.fastforward import NEVER, Deadlines
+from bridge.engine.state import NEVER, Deadlines
 from bridge.errors import ScenarioError
 
 LINK = {"rate": "100Gbps", "delay": "1us"}

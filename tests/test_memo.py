@@ -11,7 +11,7 @@ import yaml
 
 from bridge import api
 from bridge.cli import main
-from bridge.engine.fastforward import _clock_on_record
+from bridge.engine.transients import _clock_on_record
 from bridge.engine.ledger import MODES
 from bridge.engine.memo import ConflictGraph, FlowPorts, Memo, Transient, fingerprint
 from bridge.errors import CacheFileError

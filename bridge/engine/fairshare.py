@@ -3,7 +3,7 @@
 Progressive filling: a flow's rate rises with the others' until one of its ports is full or it
 reaches its own cap; then it is fixed, and the rest rise on. This is how QPs at line rate share a
 NIC (served in turn) and a switch port (round robin) when nothing cuts their rates: what the
-engine predicts when a flow leaves a frozen partition (fastforward._share_gains). A port carries
+engine predicts when a flow leaves a frozen partition (computed_ends._share_gains). A port carries
 its line rate less the ACK frames crossing it, at the flows' rates and then at their shares, over
 three rounds.
 

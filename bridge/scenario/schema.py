@@ -291,7 +291,7 @@ class AccelSpec(_Spec):
     episode_bytes: SizeBytes | None = None
     # Episode labels give each flow's bytes left in steps of `episode_bytes_step` and how long it
     # has been sending in steps of `episode_age_step`. Coarser steps replay all-to-alls whose hosts
-    # joined microseconds apart (moe-8x7b on HPCC: scenarios/moe-8x7b-hpcc.yaml, README), finer
+    # joined microseconds apart (moe-8x7b on HPCC: scenarios/moe-8x7b-hpcc.yaml, docs/rdma.md), finer
     # ones tell flows apart better (moe-bench-hpcc's p99 went 3.9 % -> 5.9 % with 64 KiB / 100 us).
     episode_bytes_step: SizeBytes = 4096
     episode_age_step: DurationNs = 10_000

@@ -1,0 +1,366 @@
+"""Partitions frozen at their flows' max-min fair shares as they form (fair starts), and flows
+joining them frozen (fair joins): RDMA with DCQCN or HPCC and computed ends, where QPs at line rate
+share a NIC (or with fair_shares "links" a switch port) in turn and no steady test is needed."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .fairshare import AckedShares
+from .partitions import Partition
+from .state import NEVER, Frozen
+
+LINK_BOUND = 0.98     # a flow whose frames and the ACKs crossing its link fill this much of it is bound by it
+# A partition's rates are max-min fair shares when each is this close to its share. DCQCN QPs
+# delivered 1.2-1.5 % above the modelled shares while the model rounded frame times up (gpt-13b-dcqcn:
+# 82 of 89 partitions; the rest 5 % off); the change at an end is taken as the ratio of the shares.
+FAIR_MATCH = 0.02
+# HPCC fair starts (_nic_bound_on_utilization): switch ports loaded below U_TARGET by this fraction
+# of it, QPs pacing above their NIC shares by this fraction of their rate.
+HPCC_LOAD_MARGIN = 0.05
+HPCC_PACING_MARGIN = 0.1
+# HPCC holds a switch port where its QPs' frames and others' ACKs merge at this fraction of
+# U_TARGET (_cut_to_link_shares): the frame of queue the streams' interleaving leaves now and then
+# counts in its utilization. Frames and ACKs at partitions' steady freezes (U_TARGET 0.95; 783 flows
+# on gpt-bench-hpcc, gpt-xl-hpcc, moe-bench-hpcc): their bottleneck loaded 0.9449-0.9504, median 0.9467.
+HPCC_MERGED_LOAD = 0.9467 / 0.95
+# HPCC link shares: QPs meeting on a switch port at more than its share fill its queue for a round
+# trip; HPCC then cuts them below their shares and they climb back over MI_THRESH round trips. They
+# come out late by about this many round trips per share of overload (two QPs at line rate into a
+# port, 4 MB each: 5-18 us; three 384 KB pipeline sends: 30 us), which must stay below this
+# fraction of their time left. (1 % kept that incast to its steady test, 5 % late; gpt-bench-hpcc
+# cold at 2.5 %: 12.6x fewer events than stock, FCT p99 5.81 %; without the bound 17.7x, 11.5 %.)
+HPCC_RECOVERY_RTTS = 2.0
+HPCC_RECOVERY_ERROR = 0.025
+# A switch port is full at HPCC link shares when loaded this close to switch_load: the model's ACK
+# load is found in three rounds, so ports bound where several QPs' bottlenecks cross came out
+# 0.944-0.946 against 0.9467 (leafspine-bench-dcqcn on HPCC) and passed as not full (FCT p99
+# 38.2 -> 24.7 % alone there).
+HPCC_FULL_MATCH = 0.01
+# A partition forming on HPCC whose QPs do not pace as a fair start needs yet (a QP HPCC cut below
+# its share climbs back within round trips) is tried again this much later, until it is frozen or
+# changes; else it waited for the steady test (gpt-bench-hpcc: a DP ring's step 240 us).
+HPCC_RETRY_NS = 10_000
+# Fair starts find at most the bytes a switch port drains in this long (and fewer than its KMIN)
+# queued on their ports. gpt-bench-dcqcn, steady-only / cold / warm events fewer than stock: none
+# allowed 18.1x / 25.0x / 46.1x, 1.5 us 24.6x / 32.4x / 51.5x at the same errors (no more with up
+# to KMIN, 32 us at 100 Gbps). moe-bench-dcqcn: 2.61x / 6.70x / 9.75x, 1.5 us 2.67x / 6.93x / 9.95x
+# (FCT p99 0.66 / 0.72 / 1.04 % -> 0.80 / 0.72 / 1.12 %), up to KMIN 2.84x / 7.20x / 10.22x but
+# p99 3.46 / 1.22 / 1.58 % (its all-to-alls' last frames, queued, hold up the flows after them).
+QUEUE_DRAIN_NS = 1_500
+
+
+class FairStarts:
+    """Fair starts and fair joins: whether a forming partition's QPs send at their fair shares from
+    now on, the shares (the fair-share model of the network's ports), and the freeze at them.
+
+    A part of FastForward (bridge.engine.fastforward), mixed into it: it works on the state its
+    __init__ sets up and calls its other parts' methods."""
+
+    def _paces_at_line_rate(self, conn: int) -> bool:
+        """Whether the connection's QP sends at its line rate (DCQCN never cut it)."""
+        self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
+        return self._cc_buf[0] >= self.line_rate[conn] * 8e9 * (1 - 1e-6)
+
+    def _pacing(self, conn: int) -> float:
+        """Payload bytes per ns the connection's QP paces its frames at now (_paced)."""
+        self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
+        return self._paced(self._cc_buf[0] / 8e9)
+
+    def _pace_cut_qps(self, frozen: Frozen, now: int) -> None:
+        """HPCC with link shares, at a thaw: a QP frozen as it formed kept the rate it had then (line
+        rate as it starts) while the model had HPCC cut it to its share at a switch port: it goes
+        on from that share, at U_TARGET, as HPCC would have it. Left at line rate, leafspine-bench-
+        dcqcn's 32 QPs on HPCC, frozen at 1.8-10.6 GB/s, all sent at 12.5 GB/s at the thaw 400 us
+        later (FCT p99 38.2 %; 4.8 % so), and partitions re-formed after a thaw passed as pacing
+        alike where a QP starting at line rate met one HPCC had cut (gpt-13b-hpcc warm: 1454x
+        fewer events than stock then, 1074x with this change alone). A QP whose share its NIC sets
+        is not cut: HPCC has it pace at line rate, its NIC serving it in turn."""
+        flows = sorted(frozen.rates)
+        conns = [self.conn_of[f] for f in flows]
+        nics = self._fair_model(conns, hosts_only=True).shares(self._caps(conns))
+        for flow, conn, nic in zip(flows, conns, nics.tolist()):
+            share = frozen.rate_at(flow, now)
+            if flow in frozen.done or share >= nic * (1 - FAIR_MATCH) or self._pacing(conn) <= share:
+                continue
+            bps = share * self.net.data_frame_bytes / self.net.payload_bytes * 8e9
+            self._sender(conn).SetCongestionState(bps, bps, self.net.u_target)
+
+    def _nic(self, conn: int) -> int:
+        """The port the connection's data leaves its sender by."""
+        return self.hops[conn][0][0][0]
+
+    def _fair_model(self, conns: list[int], hosts_only: bool = False, switch_load: float = 1.0) -> AckedShares:
+        """The max-min fair payload rates of the flows of `conns` over their data ports
+        (`hosts_only`: over the hosts' NICs alone): a port carries its line rate less the ACKs
+        crossing it, each frame's time rounded to the nearest ns as ns-3 does; a QP paces its frames
+        at its line rate, one per whole ns above a frame's time (it wakes on the ns). A switch port
+        carries `switch_load` of its line rate (HPCC holds it there)."""
+        net = self.net
+        frame_ns, ack_ns = self._frame_ns, self._ack_ns
+        if switch_load != 1.0:
+            frame_ns = np.where(self.host_port, frame_ns, frame_ns / switch_load)
+            ack_ns = np.where(self.host_port, ack_ns, ack_ns / switch_load)
+        edges = []
+        for side in (0, 1):                      # data, ACKs
+            ports = [self.port_arrays[c][side] for c in conns]
+            if hosts_only:
+                ports = [a[self.host_port[a]] for a in ports]
+            edges.append((np.repeat(np.arange(len(conns)), [len(a) for a in ports]), np.concatenate(ports)))
+        return AckedShares(net.h.wh, edges[0], edges[1], self._caps(conns), frame_ns, ack_ns,
+                           net.payload_bytes, net.acked_per_ack)
+
+    def _caps(self, conns: list[int]) -> np.ndarray:
+        """Payload bytes per ns of each connection's QP paced at its line rate."""
+        return np.array([self._paced(self.line_rate[c]) for c in conns])
+
+    def _paced(self, rate: float) -> float:
+        """Payload bytes per ns of a QP pacing its frames at `rate` (bytes per ns): one per whole
+        ns above a frame's time (it wakes on the ns)."""
+        return self.net.payload_bytes / math.ceil(self.net.data_frame_bytes / rate)
+
+    def _freeze_at_shares(self, part: Partition, now: int) -> bool:
+        """Freeze a partition as it forms, at its flows' max-min fair shares, if that is what they
+        send at from now on (DCQCN and HPCC, computed ends): every QP paces at line rate (DCQCN never
+        cut it; HPCC, _nic_bound_on_utilization: above its share, every switch port it crosses
+        below U_TARGET), nothing is queued on its switch ports, and the shares are those of the
+        hosts' NICs alone, which serve their QPs in turn: no switch port is loaded past its rate,
+        nothing is marked, and no steady test is needed. Each flow sends at its share from now, its
+        end one lag after its last byte leaves, as in a steady freeze (gpt-bench-dcqcn: a ring
+        step's flow sharing its NIC with a pipeline send, simulated until the send ended). Not with
+        a flow whose every byte is on the wire (its last frame left before now), nor a partition of
+        flows short enough for an episode, nor one that a flow known to start within min_freeze
+        would thaw (one touching it alone that cannot join it, _joinable; on HPCC any): an
+        all-to-all's first hosts' flows are fair at their NICs, then meet at the receivers at full
+        load as the last hosts join (frozen at their shares, moe-bench-dcqcn's FCT p99 went to
+        10.2 % against 0.8 %; moe-8x7b-dcqcn's 512 KiB flows, too long for episodes, froze 10,855
+        times, and its control plane took 29.5 s against 10.4 s). With spec.fair_shares "links"
+        (DCQCN) the shares may be set by switch ports too (_frozen_shares): QPs meeting there at
+        line rate fill its queue, and DCQCN's marks cut them to about those shares within a few
+        round trips, which the freeze skips, as it does the queue they build; on HPCC, at the
+        shares of switch ports held below U_TARGET (_cut_to_link_shares), where a partition whose
+        QPs do not pace so yet is tried again HPCC_RETRY_NS later (wakeup), until it changes (with
+        "nics" no retry froze anything on the benches, and the extra run slices moved gpt-bench-
+        hpcc's steady-only run by 1.4 % more events)."""
+        flows = sorted(part.flows)
+        conns = [self.conn_of[f] for f in flows]
+        if self.episodes and max(self._left(f) for f in flows) < self._episode_bound(flows):
+            return False
+        hpcc = self.net.u_target > 0
+        if not hpcc and not all(self._paces_at_line_rate(conn) for conn in conns):
+            return False
+        if any(self._untransmitted(f) == 0 for f in flows):
+            return False
+        shares = self._frozen_shares(conns)
+        if shares is None or hpcc and not self._outlasts_min_freeze(flows, shares):
+            return False
+        if self._queued_on_switches(conns, drained=hpcc and not self.link_shares) or hpcc and not (
+                self._cut_to_link_shares(flows, shares) if self.link_shares
+                else self._nic_bound_on_utilization(flows, shares)):
+            if hpcc and self.link_shares:     # HPCC is still cutting or climbing: its QPs may get there
+                self.retry_at[part.id] = now + HPCC_RETRY_NS    # within round trips
+            return False
+        soon = [(conn, path) for _, _, conn, _, _ in self.known_starts(now + self.spec.min_freeze)
+                if (path := self._connection_path(conn)) & part.ports]
+        if soon and (hpcc or not self._joinable(part, conns, soon)):
+            return False
+        self._freeze(part, self.state[part.id], Frozen(group=-1, since_ns=now, until_ns=NEVER,
+                                                      rates=dict(zip(flows, shares.tolist())), at_shares=True), now)
+        self.stats.fair_starts += 1
+        return True
+
+    def _queued_on_switches(self, conns: list[int], drained: bool = False) -> bool:
+        """Whether a switch port on the data path of one of `conns` holds more queued bytes than
+        a partition frozen at its NICs' fair shares allows (_queue_bound; `drained`: any, as
+        HPCC's utilization counts them): fewer than the port marks ECN above, they drain unmarked
+        where the NICs bind, and a flow's own count in its bytes in flight at the freeze; others'
+        (a completed flow's last frames) hold it up by their drain time, which the model leaves
+        out."""
+        self.net.builder.ReadQueueBytes(self._queue_buf)
+        data = np.concatenate([self.port_arrays[c][0] for c in conns])
+        switch = data[~self.host_port[data]]
+        return bool(np.any(self._queue_buf[switch] > (0 if drained else self._queue_bound[switch])))
+
+    def _frozen_shares(self, conns: list[int]) -> np.ndarray | None:
+        """The max-min fair shares of QPs of `conns` paced at line rate, if a partition of them may
+        be frozen at those: they are those of the hosts' NICs alone and no switch port merges them
+        full (_merging_full); with spec.fair_shares "links", any (switch ports may bind; HPCC holds
+        them at switch_load); else None. (Read-only: kept per tuple of connections.)"""
+        key = tuple(conns)
+        if key not in self._frozen_shares_of:
+            shares = self._compute_frozen_shares(conns)
+            if shares is not None:
+                shares.flags.writeable = False
+            self._frozen_shares_of[key] = shares
+        return self._frozen_shares_of[key]
+
+    def _compute_frozen_shares(self, conns: list[int]) -> np.ndarray | None:
+        caps = self._caps(conns)
+        shares = self._fair_model(conns, switch_load=self.switch_load).shares(caps)
+        if np.any(shares <= 0):
+            return None
+        if self.link_shares:
+            return shares
+        nics = self._fair_model(conns, hosts_only=True).shares(caps)
+        if np.any(np.abs(shares - nics) > 1e-9 * nics) or self._merging_full(conns, shares):
+            return None
+        return shares
+
+    def _joinable(self, part: Partition, conns: list[int], soon: list[tuple[int, frozenset[int]]]) -> bool:
+        """Whether the flows known to start on the partition's ports within min_freeze (`soon`:
+        connection, ports) keep it frozen at its shares: those touching no other partition can
+        each join it (_fair_join): their QPs pace at line rate, and the shares still hold with all
+        of them (_frozen_shares). (A connection of the partition's own: its next flow, which takes
+        over in turn.) One touching another partition merges the two at its start, which thaws
+        them, whatever is frozen now: it does not keep this one from freezing until then. (Ring
+        steps of a DP group start beside another group's frozen ring in gpt-bench-dcqcn's later
+        iterations: their partitions, simulated until the steady test passed and after its thaws,
+        took 69 % of a 3-iteration run's 87,961 events; 20,493 now.)"""
+        added = []
+        for conn, path in soon:
+            if conn in conns or conn in added or self.parts.touching(path) - {part.id}:
+                continue
+            if not self._paces_at_line_rate(conn):
+                return False
+            added.append(conn)
+        return not added or self._frozen_shares(conns + added) is not None
+
+    def _nic_bound_on_utilization(self, flows: list[int], shares: np.ndarray) -> bool:
+        """HPCC: whether QPs sending at these NIC shares stay bound by their NICs for min_freeze
+        at least. Every switch port is loaded below U_TARGET with a margin (HPCC_LOAD_MARGIN), so
+        no QP is cut and each climbs to line rate; and each paces now with HPCC_PACING_MARGIN above
+        its share, so its NIC binds from the first frame, the few percent a utilization still
+        above U_TARGET from before takes off its rate included. (The caller checks that they
+        outlast min_freeze.)"""
+        conns = [self.conn_of[f] for f in flows]
+        load, _ = self._switch_loads(conns, shares)
+        if any(l >= self.net.u_target * (1 - HPCC_LOAD_MARGIN) for l in load.values()):
+            return False
+        return all(self._pacing(conn) * (1 - HPCC_PACING_MARGIN) >= share
+                   for conn, share in zip(conns, shares.tolist()))
+
+    def _cut_to_link_shares(self, flows: list[int], shares: np.ndarray) -> bool:
+        """HPCC with fair_shares "links": whether QPs settle at these shares (_frozen_shares: switch
+        ports loaded to switch_load) soon enough. Each paces at its share or above now, so HPCC only
+        cuts its rate (one below climbs back over round trips, by RATE_AI for the first MI_THRESH:
+        frozen at their shares too, gpt-bench-hpcc's cold FCT p99 went 5.81 -> 7.50 %). At a full
+        port HPCC cuts every QP by the same factor, so they must pace alike to end at equal shares
+        (it evens out unequal ones by RATE_AI per round trip: a pipeline send at line rate beside a
+        ring's flow at its share kept its lead), and their recovery from the overload
+        (HPCC_RECOVERY_RTTS) must cost each little of its time left. A ring step's flows, starting
+        one by one, meet no other flow's data: each is cut from line rate to its share at its own
+        port. (The caller checks that they outlast min_freeze.)"""
+        conns = [self.conn_of[f] for f in flows]
+        paced = [self._pacing(conn) for conn in conns]
+        if any(rate < share * (1 - FAIR_MATCH) for rate, share in zip(paced, shares.tolist())):
+            return False
+        load, _ = self._switch_loads(conns, shares)
+        for port, fill in load.items():
+            if fill < self.switch_load * (1 - HPCC_FULL_MATCH):
+                continue
+            at = [i for i, conn in enumerate(conns) if port in self.ports_of[conn].data]
+            rates = [paced[i] for i in at]
+            if max(rates) > min(rates) * (1 + FAIR_MATCH):
+                return False
+            overload = sum(rates) / sum(shares[i] for i in at) - 1
+            for i in at:
+                recovery = HPCC_RECOVERY_RTTS * overload * self.lag_ns[conns[i]]
+                if recovery * shares[i] > HPCC_RECOVERY_ERROR * self._untransmitted(flows[i]):
+                    return False
+        return True
+
+    def _outlasts_min_freeze(self, flows: list[int], shares: np.ndarray) -> bool:
+        """Whether every flow at its share has more than `margin` bytes left to send after
+        min_freeze: its end beside others' data may be simulated (the partition thaws `margin`
+        bytes before, where the shares do not hold), and a partition that would thaw sooner would
+        freeze again as the thaw re-forms it."""
+        return all(self._untransmitted(f) - self.spec.margin >= self.spec.min_freeze * share
+                   for f, share in zip(flows, shares.tolist()))
+
+    def _merging_full(self, conns: list[int], shares: np.ndarray) -> bool:
+        """Whether a switch port that merges the frames of more than two ports before it (data and
+        ACKs) is loaded past LINK_BOUND at these shares. Two streams of one period interleave with a
+        frame of queue at most; more, whose periods the NICs' turns and ACKs vary, build a queue
+        that a full port never drains, and DCQCN cuts rates on its marks."""
+        load, sources = self._switch_loads(conns, shares)
+        return any(len(sources[p]) > 2 and load[p] > LINK_BOUND for p in load)
+
+    def _switch_loads(self, conns: list[int], shares: np.ndarray) -> tuple[dict[int, float], dict[int, set[int]]]:
+        """Per switch port the connections cross: its load (the fraction of its time their data
+        and ACK frames take at these payload rates), and the ports those frames come from."""
+        net = self.net
+        load: dict[int, float] = {}
+        sources: dict[int, set[int]] = {}
+        for conn, share in zip(conns, shares.tolist()):
+            data, acks = self.hops[conn]
+            for hops, frames in ((data, share / net.payload_bytes), (acks, share / net.acked_per_ack)):
+                before = -1
+                for port, _ in hops:
+                    if not self.host_port[port]:
+                        ns = self._frame_ns[port] if hops is data else self._ack_ns[port]
+                        load[port] = load.get(port, 0.0) + frames * ns
+                        sources.setdefault(port, set()).add(before)
+                    before = port
+        return load, sources
+
+    def _fair_join_shares(self, conn: int) -> tuple[int, int, dict[int, float], float] | None:
+        """A flow starting on idle `conn` whose ports touch one partition, frozen at its fair shares
+        (_frozen_shares: its NICs', or with fair_shares "links" its links'): if its QP paces at line
+        rate, nothing is queued on its switch ports, and the shares hold with it (the partition's
+        rates being its shares without it), `conn`, the
+        partition, its flows' shares with it and its own (it joins frozen: _fair_join); else
+        None. (Ring steps start one by one, each when its predecessor's chunk arrived:
+        gpt-bench-dcqcn's starts within min_freeze of a partition forming kept it from freezing at
+        its shares.)"""
+        touched = self.parts.touching(self._connection_path(conn))
+        if len(touched) != 1:
+            return None
+        pid = next(iter(touched))
+        frozen = self.state[pid].frozen
+        if frozen is None or not frozen.at_shares or conn in frozen.order:
+            return None
+        # Not while a vacant connection's gains are booked (_apply_gains): they are revoked when
+        # its next flow takes over, after the join set the shares without it, and the same rates
+        # came off twice (gpt-tiny on DCQCN: pipeline sends 20 % slow; gpt-bench-dcqcn: a ring's
+        # flows 5.5 % slow to its end).
+        if any(frozen.boosts.values()):
+            return None
+        if not self._paces_at_line_rate(conn) or self._queued_on_switches([conn]):
+            return None
+        running = sorted(f for f in frozen.rates if f not in frozen.done)
+        if not running:           # (every flow completed, the connections vacant)
+            return None
+        conns = [self.conn_of[f] for f in running]
+        before, shares = self._frozen_shares(conns), self._frozen_shares([*conns, conn])
+        if before is None or shares is None:
+            return None
+        rates = np.array([frozen.rate_at(f, NEVER) for f in running])
+        if np.any(np.abs(before - rates) > FAIR_MATCH * before):
+            return None
+        return conn, pid, dict(zip(running, shares[:-1].tolist())), float(shares[-1])
+
+    def _fair_join(self, frozen: Frozen, flow: int, conn: int, path: frozenset[int], hosts: tuple[int, int],
+                   shares: dict[int, float], share: float, now: int) -> None:
+        """`flow` starts inside a partition frozen at its NICs' fair shares (_fair_join_shares), its
+        QP held until the thaw. It sends at its share from now: its first ACK comes one lag later
+        (later by half a data frame at each link of its ACK path that others' data keeps busy) and
+        delivers one ACK's bytes. The flows whose shares it changes (those sharing its NIC) send at
+        their new ones from now: their deliveries change a lag later."""
+        self.head_since[flow] = now
+        self.parts.add_flow(flow, path, hosts)
+        for other, new in sorted(shares.items()):
+            added = new - frozen.rate_at(other, NEVER)
+            if abs(added) > 1e-9 * new:
+                self._boost(frozen, other, added, now + self.lag_ns[self.conn_of[other]], now)
+        waits = self._ack_waits(frozen, flow, conn)
+        frozen.start(flow, share, now, share * (self.lag_ns[conn] + waits) - self.net.acked_per_ack)
+        # A thaw has it skip its deliveries and the pipe (_thaw): less this, what it sent by then,
+        # however soon the thaw comes (one 63 ns after a pipeline send started once skipped it a
+        # whole pipe, 98 KB of its 384 KB).
+        frozen.in_flight[conn] = round(self.net.acked_per_ack - share * waits)
+        frozen.order[conn] = [flow]
+        frozen.held[conn] = now
+        self._plan_end(frozen, flow)
+        self.stats.fair_joins += 1
