@@ -296,6 +296,33 @@ def test_hpcc_qps_sharing_a_nic_below_u_target_are_frozen_as_they_form(tmp_path)
     assert fct_errors(stock.flows, accel.flows).max() < 0.003
 
 
+def test_hpcc_qps_bound_by_their_nics_while_hpcc_cuts_them_are_frozen_as_they_form(tmp_path):
+    # h0 sends 1 MB to h4 (across the spine) and 1 MB to h1; h2 1 MB each to h5 (across), h3 and
+    # h1. Each NIC serves its QPs in turn: h0's at half its rate, h2's at a third. The uplink to
+    # the spine, at 86 Gbps, carries the two crossing QPs at 97 % of its rate: past U_TARGET, so
+    # HPCC cuts their pacing by about 2 % per round trip, but it stays above their NICs' shares to
+    # their ends (in stock, h0 -> h4 paces at 7.1 GB/s as it ends, its share 5.8). The partition
+    # freezes as it forms at the NICs' shares, with either fair_shares; it waited for the steady
+    # test before (1.2x fewer events than stock).
+    path = rdma_scenario(tmp_path, [{"src": 0, "dst": 4, "size": "1MB", "start": "0us"},
+                                    {"src": 0, "dst": 1, "size": "1MB", "start": "0us"},
+                                    {"src": 2, "dst": 5, "size": "1MB", "start": "0us"},
+                                    {"src": 2, "dst": 3, "size": "1MB", "start": "0us"},
+                                    {"src": 2, "dst": 1, "size": "1MB", "start": "0us"}], cc="hpcc")
+    data = yaml.safe_load(path.read_text())
+    data["topology"].update(spines=1, fabric_link={"rate": "86Gbps", "delay": "1us"})
+    data["transport"]["parameters"] = {key: f"2 86000000000 {v} 100000000000 {v}"
+                                       for key, v in (("KMIN_MAP", 100), ("KMAX_MAP", 400), ("PMAX_MAP", 0.2))}
+    path.write_text(yaml.safe_dump(data))
+    stock = api.run(path, tmp_path / "stock")
+    for fair_shares in ("nics", "links"):
+        accel = api.run(path, tmp_path / fair_shares, accel=True, memo=False,
+                        accel_overrides={"fair_shares": fair_shares})
+        assert accel.summary["accel"]["fair_starts"] == 2      # and again for h2's QPs once h0's end
+        assert accel.summary["events"] < 0.15 * stock.summary["events"]
+        assert fct_errors(stock.flows, accel.flows).max() < 0.005
+
+
 def test_dcqcn_flows_meeting_on_a_switch_port_freeze_at_its_fair_shares_with_link_shares(tmp_path):
     # h1 and h2 send 4 MB each to h0: the shares are the switch port's to h0 (half each), not the
     # NICs'. By default the incast waits for the steady test; with fair_shares "links" it is frozen

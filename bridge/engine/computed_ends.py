@@ -211,7 +211,7 @@ class ComputedEnds:
         where it takes them again within round trips after a flow leaves, multiplying each rate by
         the utilization's shortfall (gpt-bench-hpcc's ends beside others' data, simulated before:
         FCT p99 5.93 -> 4.08 % cold, 17.5x -> 23.1x fewer events than stock)."""
-        return self.switch_load < 1.0 and frozen.at_shares
+        return self.switch_load < 1.0 and frozen.at_shares and not frozen.nic_bound
 
     def _fair_view(self, frozen: Frozen, extra: int, last: FairView | None) -> FairView:
         """The fair-share test's view of `frozen` now (the model kept from `last` if its flows are

@@ -17,9 +17,8 @@ LINK_BOUND = 0.98     # a flow whose frames and the ACKs crossing its link fill 
 # delivered 1.2-1.5 % above the modelled shares while the model rounded frame times up (gpt-13b-dcqcn:
 # 82 of 89 partitions; the rest 5 % off); the change at an end is taken as the ratio of the shares.
 FAIR_MATCH = 0.02
-# HPCC fair starts (_nic_bound_on_utilization): switch ports loaded below U_TARGET by this fraction
-# of it, QPs pacing above their NIC shares by this fraction of their rate.
-HPCC_LOAD_MARGIN = 0.05
+# HPCC fair starts at NIC shares (_nic_bound_while_cut): QPs pace above their shares by this fraction
+# of their rate, to their ends.
 HPCC_PACING_MARGIN = 0.1
 # HPCC holds a switch port where its QPs' frames and others' ACKs merge at this fraction of
 # U_TARGET (_cut_to_link_shares): the frame of queue the streams' interleaving leaves now and then
@@ -124,8 +123,8 @@ class FairStarts:
     def _freeze_at_shares(self, part: Partition, now: int) -> bool:
         """Freeze a partition as it forms, at its flows' max-min fair shares, if that is what they
         send at from now on (DCQCN and HPCC, computed ends): every QP paces at line rate (DCQCN never
-        cut it; HPCC, _nic_bound_on_utilization: above its share, every switch port it crosses
-        below U_TARGET), nothing is queued on its switch ports, and the shares are those of the
+        cut it; HPCC, _nic_bound_while_cut: above its share to its end, no switch port it crosses
+        full), nothing is queued on its switch ports, and the shares are those of the
         hosts' NICs alone, which serve their QPs in turn: no switch port is loaded past its rate,
         nothing is marked, and no steady test is needed. Each flow sends at its share from now, its
         end one lag after its last byte leaves, as in a steady freeze (gpt-bench-dcqcn: a ring
@@ -154,20 +153,30 @@ class FairStarts:
         if any(self._untransmitted(f) == 0 for f in flows):
             return False
         shares = self._frozen_shares(conns)
-        if shares is None or hpcc and not self._outlasts_min_freeze(flows, shares):
+        cuts = None
+        if hpcc and not self.link_shares:
+            cuts = self._nic_bound(flows, conns, shares) if shares is not None else None
+            if cuts is None:
+                return False
+        elif shares is None or hpcc and not self._outlasts_min_freeze(flows, shares):
             return False
-        if self._queued_on_switches(conns, drained=hpcc and not self.link_shares) or hpcc and not (
-                self._cut_to_link_shares(flows, shares) if self.link_shares
-                else self._nic_bound_on_utilization(flows, shares)):
-            if hpcc and self.link_shares:     # HPCC is still cutting or climbing: its QPs may get there
+        elif self._queued_on_switches(conns, drained=False) or hpcc and not self._cut_to_link_shares(flows, shares):
+            if not hpcc:
+                return False
+            # Not at the switch ports' shares (yet): their NICs may bind them while HPCC cuts.
+            nics = self._fair_model(conns, hosts_only=True).shares(self._caps(conns))
+            cuts = self._nic_bound(flows, conns, nics)
+            if cuts is None:      # HPCC is still cutting or climbing: its QPs may get there
                 self.retry_at[part.id] = now + HPCC_RETRY_NS    # within round trips
-            return False
+                return False
+            shares = nics
         soon = [(conn, path) for _, _, conn, _, _ in self.known_starts(now + self.spec.min_freeze)
                 if (path := self._connection_path(conn)) & part.ports]
         if soon and (hpcc or not self._joinable(part, conns, soon)):
             return False
         self._freeze(part, self.state[part.id], Frozen(group=-1, since_ns=now, until_ns=NEVER,
-                                                      rates=dict(zip(flows, shares.tolist())), at_shares=True), now)
+                                                      rates=dict(zip(flows, shares.tolist())), at_shares=True,
+                                                      nic_bound=cuts is not None, pacing_cuts=cuts or {}), now)
         self.stats.fair_starts += 1
         return True
 
@@ -227,19 +236,53 @@ class FairStarts:
             added.append(conn)
         return not added or self._frozen_shares(conns + added) is not None
 
-    def _nic_bound_on_utilization(self, flows: list[int], shares: np.ndarray) -> bool:
-        """HPCC: whether QPs sending at these NIC shares stay bound by their NICs for min_freeze
-        at least. Every switch port is loaded below U_TARGET with a margin (HPCC_LOAD_MARGIN), so
-        no QP is cut and each climbs to line rate; and each paces now with HPCC_PACING_MARGIN above
-        its share, so its NIC binds from the first frame, the few percent a utilization still
-        above U_TARGET from before takes off its rate included. (The caller checks that they
-        outlast min_freeze.)"""
-        conns = [self.conn_of[f] for f in flows]
+    def _nic_bound(self, flows: list[int], conns: list[int], shares: np.ndarray) -> dict[int, tuple[float, float]] | None:
+        """HPCC: the QPs' cuts (_nic_bound_while_cut) if they outlast min_freeze at these NIC shares
+        with nothing queued on their switch ports (HPCC's utilization counts any); else None."""
+        if not self._outlasts_min_freeze(flows, shares) or self._queued_on_switches(conns, drained=True):
+            return None
+        return self._nic_bound_while_cut(flows, conns, shares)
+
+    def _nic_bound_while_cut(self, flows: list[int], conns: list[int],
+                             shares: np.ndarray) -> dict[int, tuple[float, float]] | None:
+        """HPCC: whether QPs sending at these NIC shares stay bound by their NICs to their ends:
+        per connection that HPCC cuts meanwhile, its pacing rate now (bps) and its cut per round
+        trip; None if they do not. No switch port is loaded past LINK_BOUND (no queue builds), and
+        each QP paces HPCC_PACING_MARGIN above its share now. Where its busiest switch port is
+        loaded past U_TARGET, HPCC divides its rate by load / U_TARGET every round trip (its
+        reference rate's update; RATE_AI adds little), and it must still pace that far above its
+        share when it sends its last byte. (Pipeline sends of gpt-bench-hpcc meeting in pairs at
+        a spine port, each beside a ring's flow on its NIC: delivered at the NIC's share, 5.6-5.8
+        GB/s, while HPCC took their pacing from 11.5 to 9.0 GB/s over the 70 us they took.)"""
         load, _ = self._switch_loads(conns, shares)
-        if any(l >= self.net.u_target * (1 - HPCC_LOAD_MARGIN) for l in load.values()):
-            return False
-        return all(self._pacing(conn) * (1 - HPCC_PACING_MARGIN) >= share
-                   for conn, share in zip(conns, shares.tolist()))
+        if any(l >= LINK_BOUND for l in load.values()):
+            return None
+        cuts = {}
+        for flow, conn, share in zip(flows, conns, shares.tolist()):
+            floor = share / (1 - HPCC_PACING_MARGIN)
+            self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
+            bps = float(self._cc_buf[0])
+            pacing = self._paced(bps / 8e9)
+            if pacing < floor:
+                return None
+            busiest = max((load[p] for p, _ in self.hops[conn][0] if p in load), default=0.0)
+            cut = busiest / self.net.u_target
+            if cut <= 1.0:
+                continue
+            rounds = math.log(pacing / floor) / math.log(cut)
+            if rounds * self.lag_ns[conn] * share < self._untransmitted(flow):
+                return None
+            cuts[conn] = (bps, cut)
+        return cuts
+
+    def _pace_nic_bound_qps(self, frozen: Frozen, now: int) -> None:
+        """HPCC, at the thaw of a partition frozen at its NICs' shares: each QP HPCC cut meanwhile
+        (_nic_bound_while_cut) goes on from the rate its cuts took it to, one per round trip."""
+        for conn, (bps, cut) in sorted(frozen.pacing_cuts.items()):
+            if frozen.order.get(conn, [None])[-1] in frozen.done:
+                continue
+            rate = bps / cut ** ((now - frozen.since_ns) / self.lag_ns[conn])
+            self._sender(conn).SetCongestionState(rate, rate, cut * self.net.u_target)
 
     def _cut_to_link_shares(self, flows: list[int], shares: np.ndarray) -> bool:
         """HPCC with fair_shares "links": whether QPs settle at these shares (_frozen_shares: switch

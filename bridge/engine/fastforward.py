@@ -553,6 +553,8 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
             self.net.flows.Resume(conn)            # what it has left to send, it sends now
         if self._held_at_link_shares(frozen):
             self._pace_cut_qps(frozen, now)
+        elif frozen.pacing_cuts:
+            self._pace_nic_bound_qps(frozen, now)
         for flow in frozen.rates:
             conn = self.conn_of[flow]
             self.thawed[flow] = (frozen.rate_at(flow, now), now)

@@ -109,6 +109,10 @@ class Frozen:
     # the freeze, their bytes in flight then sent at the rates before. The model counts deliveries,
     # `wire` behind its sends: a flow's last byte is delivered a lag after it leaves.
     at_shares: bool = False
+    # HPCC, frozen at its NICs' shares (_nic_bound_while_cut): per connection whose QP HPCC cuts
+    # meanwhile, its pacing rate at the freeze (bps) and the factor it is cut by per round trip.
+    nic_bound: bool = False
+    pacing_cuts: dict[int, tuple[float, float]] = field(default_factory=dict)
     offset_ns: int = 0            # episode: how far into the recorded episode this freeze began
     leads: dict[int, int] = field(default_factory=dict)     # episode: flow -> its clock's lead (Episode.leads)
     # Episode: flows known to start on its ports (-> when), taken in still frozen as they start.

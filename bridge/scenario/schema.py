@@ -260,11 +260,12 @@ class AccelSpec(_Spec):
     # Memo vertex labels: a flow's rate when its partition forms, in steps of 1/memo_bins of its
     # line rate (coarser: more reuse, less exact).
     memo_bins: Annotated[StrictInt, Field(ge=1, le=1000)] = 10
-    # DCQCN and HPCC: a partition that forms with every QP at line rate (HPCC: above its share, every
-    # switch port below U_TARGET), no queue on its switch ports, and max-min fair shares set by the
-    # hosts' NICs alone (served in turn, nothing marked) is frozen at once at those shares, its
-    # flows' ends computed, without waiting for the steady test; on DCQCN a flow starting where
-    # those shares still hold with it joins it frozen.
+    # DCQCN and HPCC: a partition that forms with every QP at line rate (HPCC: above its share to its
+    # end, HPCC's cut per round trip included where a switch port is loaded past U_TARGET; no switch
+    # port full), no queue on its switch ports, and max-min fair shares set by the hosts' NICs alone
+    # (served in turn, nothing marked) is frozen at once at those shares, its flows' ends computed,
+    # without waiting for the steady test; on DCQCN a flow starting where those shares still hold
+    # with it joins it frozen.
     fair_start: bool = True
     # "links" (DCQCN): a partition is also frozen as it forms at max-min fair shares that switch
     # ports set (flows meeting on a switch port), and flows join it where those shares hold; DCQCN
@@ -276,8 +277,9 @@ class AccelSpec(_Spec):
     # where the QPs meeting at a full port pace alike at or above their shares and HPCC's recovery
     # from their overload costs them little of their time left (no joins; gpt-xl-hpcc: 70x -> 121x
     # fewer events cold, moe-bench-hpcc 5.4x -> 6.3x, their errors the same or lower). A partition
-    # not pacing so yet is tried again every 10 us, ends beside others' data are computed, and at a
-    # thaw the QPs cut go on from their shares (gpt-bench-hpcc cold: 23.1x, FCT p99 4.08 %). Off the
+    # not pacing so yet is tried again every 10 us (and frozen at its NICs' shares if they bind its
+    # QPs to their ends meanwhile), ends beside others' data are computed, and at a thaw the QPs cut
+    # go on from their shares (gpt-bench-hpcc cold: 24.7x, FCT p99 4.38 %). Off the
     # ROFT benches no better than "nics" (leaf-spine, tiny scenarios: README Known limits).
     fair_shares: Literal["nics", "links"] = "nics"
     # RDMA: a flow completes inside its frozen partition when the model has delivered its bytes,
