@@ -236,24 +236,26 @@ class FairStarts:
             added.append(conn)
         return not added or self._frozen_shares(conns + added) is not None
 
-    def _nic_bound(self, flows: list[int], conns: list[int], shares: np.ndarray) -> dict[int, tuple[float, float]] | None:
+    def _nic_bound(self, flows: list[int], conns: list[int], shares: np.ndarray) -> dict[int, tuple[float, ...]] | None:
         """HPCC: the QPs' cuts (_nic_bound_while_cut) if they outlast min_freeze at these NIC shares
-        with nothing queued on their switch ports (HPCC's utilization counts any); else None."""
-        if not self._outlasts_min_freeze(flows, shares) or self._queued_on_switches(conns, drained=True):
+        with no more queued on their switch ports than _queued_on_switches allows; else None."""
+        if not self._outlasts_min_freeze(flows, shares) or self._queued_on_switches(conns):
             return None
         return self._nic_bound_while_cut(flows, conns, shares)
 
     def _nic_bound_while_cut(self, flows: list[int], conns: list[int],
-                             shares: np.ndarray) -> dict[int, tuple[float, float]] | None:
+                             shares: np.ndarray) -> dict[int, tuple[float, ...]] | None:
         """HPCC: whether QPs sending at these NIC shares stay bound by their NICs to their ends:
-        per connection that HPCC cuts meanwhile, its pacing rate now (bps) and its cut per round
-        trip; None if they do not. No switch port is loaded past LINK_BOUND (no queue builds), and
-        each QP paces HPCC_PACING_MARGIN above its share now. Where its busiest switch port is
-        loaded past U_TARGET, HPCC divides its rate by load / U_TARGET every round trip (its
-        reference rate's update; RATE_AI adds little), and it must still pace that far above its
-        share when it sends its last byte. (Pipeline sends of gpt-bench-hpcc meeting in pairs at
-        a spine port, each beside a ring's flow on its NIC: delivered at the NIC's share, 5.6-5.8
-        GB/s, while HPCC took their pacing from 11.5 to 9.0 GB/s over the 70 us they took.)"""
+        per connection that HPCC cuts meanwhile, its pacing rate now (bps), its first cut, its cut
+        per round trip after it and its busiest port's load; None if they do not. No switch port
+        is loaded past LINK_BOUND (no queue builds), and each QP paces HPCC_PACING_MARGIN above
+        its share now. HPCC divides its rate by its busiest switch port's utilization over
+        U_TARGET every round trip (its reference rate's update; RATE_AI adds little): first with
+        the queue there now (read by _queued_on_switches, over a round trip at the port's rate),
+        then with the port's load alone, and the QP must still pace that far above its share when
+        it sends its last byte. (Pipeline sends of gpt-bench-hpcc meeting in pairs at a spine port,
+        each beside a ring's flow on its NIC: delivered at the NIC's share, 5.6-5.8 GB/s, while
+        HPCC took their pacing from 11.5 to 9.0 GB/s over the 70 us they took.)"""
         load, _ = self._switch_loads(conns, shares)
         if any(l >= LINK_BOUND for l in load.values()):
             return None
@@ -262,27 +264,31 @@ class FairStarts:
             floor = share / (1 - HPCC_PACING_MARGIN)
             self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
             bps = float(self._cc_buf[0])
-            pacing = self._paced(bps / 8e9)
+            ports = [p for p, _ in self.hops[conn][0] if p in load]
+            busiest = max((load[p] for p in ports), default=0.0)
+            queued = max((load[p] + self._queue_buf[p] / (self.ports.rates[p] * self.lag_ns[conn]) for p in ports),
+                         default=0.0)
+            first, cut = max(1.0, queued / self.net.u_target), busiest / self.net.u_target
+            pacing = self._paced(bps / 8e9 / first)
             if pacing < floor:
                 return None
-            busiest = max((load[p] for p, _ in self.hops[conn][0] if p in load), default=0.0)
-            cut = busiest / self.net.u_target
-            if cut <= 1.0:
-                continue
-            rounds = math.log(pacing / floor) / math.log(cut)
-            if rounds * self.lag_ns[conn] * share < self._untransmitted(flow):
-                return None
-            cuts[conn] = (bps, cut)
+            if cut > 1.0:
+                rounds = 1 + math.log(pacing / floor) / math.log(cut)
+                if rounds * self.lag_ns[conn] * share < self._untransmitted(flow):
+                    return None
+            if first > 1.0 or cut > 1.0:
+                cuts[conn] = (bps, first, max(1.0, cut), busiest)
         return cuts
 
     def _pace_nic_bound_qps(self, frozen: Frozen, now: int) -> None:
         """HPCC, at the thaw of a partition frozen at its NICs' shares: each QP HPCC cut meanwhile
         (_nic_bound_while_cut) goes on from the rate its cuts took it to, one per round trip."""
-        for conn, (bps, cut) in sorted(frozen.pacing_cuts.items()):
+        for conn, (bps, first, cut, load) in sorted(frozen.pacing_cuts.items()):
             if frozen.order.get(conn, [None])[-1] in frozen.done:
                 continue
-            rate = bps / cut ** ((now - frozen.since_ns) / self.lag_ns[conn])
-            self._sender(conn).SetCongestionState(rate, rate, cut * self.net.u_target)
+            rounds = (now - frozen.since_ns) / self.lag_ns[conn]
+            rate = bps / (first if rounds >= 1 else 1.0) / cut ** max(0.0, rounds - 1)
+            self._sender(conn).SetCongestionState(rate, rate, load)
 
     def _cut_to_link_shares(self, flows: list[int], shares: np.ndarray) -> bool:
         """HPCC with fair_shares "links": whether QPs settle at these shares (_frozen_shares: switch

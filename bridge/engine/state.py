@@ -110,9 +110,10 @@ class Frozen:
     # `wire` behind its sends: a flow's last byte is delivered a lag after it leaves.
     at_shares: bool = False
     # HPCC, frozen at its NICs' shares (_nic_bound_while_cut): per connection whose QP HPCC cuts
-    # meanwhile, its pacing rate at the freeze (bps) and the factor it is cut by per round trip.
+    # meanwhile, its pacing rate at the freeze (bps), its first cut, its cut per round trip after
+    # that and its busiest switch port's load.
     nic_bound: bool = False
-    pacing_cuts: dict[int, tuple[float, float]] = field(default_factory=dict)
+    pacing_cuts: dict[int, tuple[float, float, float, float]] = field(default_factory=dict)
     offset_ns: int = 0            # episode: how far into the recorded episode this freeze began
     leads: dict[int, int] = field(default_factory=dict)     # episode: flow -> its clock's lead (Episode.leads)
     # Episode: flows known to start on its ports (-> when), taken in still frozen as they start.
