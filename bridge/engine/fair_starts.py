@@ -160,7 +160,7 @@ class FairStarts:
                 return False
         elif shares is None or hpcc and not self._outlasts_min_freeze(flows, shares):
             return False
-        elif self._queued_on_switches(conns, drained=False) or hpcc and not self._cut_to_link_shares(flows, shares):
+        elif self._queued_on_switches(conns) or hpcc and not self._cut_to_link_shares(flows, shares):
             if not hpcc:
                 return False
             # Not at the switch ports' shares (yet): their NICs may bind them while HPCC cuts.
@@ -180,17 +180,17 @@ class FairStarts:
         self.stats.fair_starts += 1
         return True
 
-    def _queued_on_switches(self, conns: list[int], drained: bool = False) -> bool:
+    def _queued_on_switches(self, conns: list[int]) -> bool:
         """Whether a switch port on the data path of one of `conns` holds more queued bytes than
-        a partition frozen at its NICs' fair shares allows (_queue_bound; `drained`: any, as
-        HPCC's utilization counts them): fewer than the port marks ECN above, they drain unmarked
-        where the NICs bind, and a flow's own count in its bytes in flight at the freeze; others'
-        (a completed flow's last frames) hold it up by their drain time, which the model leaves
-        out."""
+        a partition frozen at its NICs' fair shares allows (_queue_bound): fewer than the port
+        marks ECN above, they drain unmarked where the NICs bind (HPCC's first cut counts them,
+        _nic_bound_while_cut), and a flow's own count in its bytes in flight at the freeze;
+        others' (a completed flow's last frames) hold it up by their drain time, which the model
+        leaves out. (Leaves the queues read in _queue_buf.)"""
         self.net.builder.ReadQueueBytes(self._queue_buf)
         data = np.concatenate([self.port_arrays[c][0] for c in conns])
         switch = data[~self.host_port[data]]
-        return bool(np.any(self._queue_buf[switch] > (0 if drained else self._queue_bound[switch])))
+        return bool(np.any(self._queue_buf[switch] > self._queue_bound[switch]))
 
     def _frozen_shares(self, conns: list[int]) -> np.ndarray | None:
         """The max-min fair shares of QPs of `conns` paced at line rate, if a partition of them may
