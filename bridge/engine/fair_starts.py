@@ -58,15 +58,18 @@ class FairStarts:
     A part of FastForward (bridge.engine.fastforward), mixed into it: it works on the state its
     __init__ sets up and calls its other parts' methods."""
 
+    def _qp_rate_bps(self, conn: int) -> float:
+        """The rate (bps of frames) the connection's QP paces at now."""
+        self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
+        return float(self._cc_buf[0])
+
     def _paces_at_line_rate(self, conn: int) -> bool:
         """Whether the connection's QP sends at its line rate (DCQCN never cut it)."""
-        self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
-        return self._cc_buf[0] >= self.line_rate[conn] * 8e9 * (1 - 1e-6)
+        return self._qp_rate_bps(conn) >= self.line_rate[conn] * 8e9 * (1 - 1e-6)
 
     def _pacing(self, conn: int) -> float:
         """Payload bytes per ns the connection's QP paces its frames at now (_paced)."""
-        self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
-        return self._paced(self._cc_buf[0] / 8e9)
+        return self._paced(self._qp_rate_bps(conn) / 8e9)
 
     def _pace_cut_qps(self, frozen: Frozen, now: int) -> None:
         """HPCC with link shares, at a thaw: a QP frozen as it formed kept the rate it had then (line
@@ -79,7 +82,7 @@ class FairStarts:
         is not cut: HPCC has it pace at line rate, its NIC serving it in turn."""
         flows = sorted(frozen.rates)
         conns = [self.conn_of[f] for f in flows]
-        nics = self._fair_model(conns, hosts_only=True).shares(self._caps(conns))
+        nics = self._nic_shares(conns)
         for flow, conn, nic in zip(flows, conns, nics.tolist()):
             share = frozen.rate_at(flow, now)
             if flow in frozen.done or share >= nic * (1 - FAIR_MATCH) or self._pacing(conn) <= share:
@@ -164,7 +167,7 @@ class FairStarts:
             if not hpcc:
                 return False
             # Not at the switch ports' shares (yet): their NICs may bind them while HPCC cuts.
-            nics = self._fair_model(conns, hosts_only=True).shares(self._caps(conns))
+            nics = self._nic_shares(conns)
             cuts = self._nic_bound(flows, conns, nics)
             if cuts is None:      # HPCC is still cutting or climbing: its QPs may get there
                 self.retry_at[part.id] = now + HPCC_RETRY_NS    # within round trips
@@ -212,9 +215,19 @@ class FairStarts:
             return None
         if self.link_shares:
             return shares
-        nics = self._fair_model(conns, hosts_only=True).shares(caps)
+        nics = self._nic_shares(conns)
         if np.any(np.abs(shares - nics) > 1e-9 * nics) or self._merging_full(conns, shares):
             return None
+        return shares
+
+    def _nic_shares(self, conns: list[int]) -> np.ndarray:
+        """The max-min fair shares of QPs of `conns` paced at line rate over the hosts' NICs alone.
+        (Read-only: kept per tuple of connections, as _frozen_shares.)"""
+        key = tuple(conns)
+        shares = self._nic_shares_of.get(key)
+        if shares is None:
+            shares = self._nic_shares_of[key] = self._fair_model(conns, hosts_only=True).shares(self._caps(conns))
+            shares.flags.writeable = False
         return shares
 
     def _joinable(self, part: Partition, conns: list[int], soon: list[tuple[int, frozenset[int]]]) -> bool:
@@ -262,8 +275,7 @@ class FairStarts:
         cuts = {}
         for flow, conn, share in zip(flows, conns, shares.tolist()):
             floor = share / (1 - HPCC_PACING_MARGIN)
-            self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
-            bps = float(self._cc_buf[0])
+            bps = self._qp_rate_bps(conn)
             ports = [p for p, _ in self.hops[conn][0] if p in load]
             busiest = max((load[p] for p in ports), default=0.0)
             queued = max((load[p] + self._queue_buf[p] / (self.ports.rates[p] * self.lag_ns[conn]) for p in ports),

@@ -107,6 +107,7 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
         # _frozen_shares per tuple of connections: a function of their fixed paths alone, asked
         # again at each forming and join of the same connections (gpt-bench-dcqcn: 513 asks, 263 sets).
         self._frozen_shares_of: dict[tuple[int, ...], np.ndarray | None] = {}
+        self._nic_shares_of: dict[tuple[int, ...], np.ndarray] = {}   # _nic_shares, alike
         self.next_check_ns = spec.tau * (spec.window + 1)
         self.all_frozen = False                          # since the last run slice (next_wakeup_ns)
         self.stats = FastForwardStats()
