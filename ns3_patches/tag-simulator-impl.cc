@@ -97,7 +97,7 @@ TagSimulatorImpl::AttachPorts(PortNetwork* net)
         TimeValue delay;
         device->GetChannel()->GetAttribute("Delay", delay);
         uint32_t rxNode = net->GetPortDevice(p ^ 1)->GetNode()->GetId();
-        m_ports.push_back(Port{rxNode, rate.Get(), gap.Get(), delay.Get()});
+        m_ports.push_back(Port{rxNode, rate.Get(), gap.Get(), delay.Get(), {}});
         device->TraceConnectWithoutContext(
             "PhyTxBegin",
             MakeCallback(&TagSimulatorImpl::OnPhyTxBegin, this).Bind(p));
@@ -113,12 +113,30 @@ TagSimulatorImpl::OnPhyTxBegin(uint32_t port, Ptr<const Packet> packet)
     {
         m_errors[TX_OVERLAP]++;
     }
-    const Port& p = m_ports[port];
-    Time txTime = p.rate.CalculateBytesTxTime(packet->GetSize());
+    // The device has just timed this frame itself: timing it again (an int64x64 division) made a
+    // tagged event cost 8.3 % more instructions than a stock one, 1.0 % without it
+    // (benchmarks/tagging_cost.py). A port sends frames of a few sizes: those of its last two are kept.
+    Port& p = m_ports[port];
+    uint32_t size = packet->GetSize();
+    if (p.recent[0].size != size)
+    {
+        if (p.recent[1].size == size)
+        {
+            std::swap(p.recent[0], p.recent[1]);
+        }
+        else
+        {
+            Time txTime = p.rate.CalculateBytesTxTime(size);
+            p.recent[1] = p.recent[0];
+            p.recent[0] = FrameDelays{size,
+                                      (txTime + p.interframeGap).GetTimeStep(),
+                                      (txTime + p.delay).GetTimeStep()};
+        }
+    }
     m_expect = EXPECT_TX_COMPLETE;
     m_txPort = port;
-    m_txDelay = (txTime + p.interframeGap).GetTimeStep();
-    m_rxDelay = (txTime + p.delay).GetTimeStep();
+    m_txDelay = p.recent[0].tx;
+    m_rxDelay = p.recent[0].rx;
 }
 
 uint32_t

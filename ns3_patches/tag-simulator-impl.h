@@ -169,12 +169,21 @@ class TagSimulatorImpl : public ns3::SimulatorImpl
     };
 
     /// A port's transmission parameters, to check the events its PhyTxBegin announces.
+    /// A frame's TransmitComplete and Receive delays by its size (timesteps).
+    struct FrameDelays
+    {
+        uint32_t size = 0xFFFFFFFF;
+        int64_t tx = 0;
+        int64_t rx = 0;
+    };
+
     struct Port
     {
         uint32_t rxNode;
         ns3::DataRate rate;
         ns3::Time interframeGap;
         ns3::Time delay;
+        FrameDelays recent[2]; //!< the two sizes sent last (data frames and ACKs), newest first
     };
 
     void DoDispose() override;
