@@ -13,6 +13,7 @@ from bridge import api
 from bridge.cli import main
 from bridge.engine.transients import _clock_on_record
 from bridge.engine.ledger import MODES
+from bridge.engine import memo as memo_module
 from bridge.engine.memo import ConflictGraph, FlowPorts, Memo, Transient, fingerprint
 from bridge.errors import CacheFileError
 from bridge.scenario import load_scenario, with_accel_overrides
@@ -61,6 +62,7 @@ def test_isomorphic_partition_elsewhere_hits_with_the_right_mapping(tmp_path):
     flows, cg = incast(0)
     memo.record(cg, 70_000, dict(zip(flows, (100, 200, 300))), dict(zip(flows, (1.0, 2.0, 3.0))),
                 {flows[0]: {"cwnd": 5.0}})
+    memo.flush()
     # The same incast on other ports, its flows listed in another order: the key matches and
     # each flow gets the bytes of the stored flow with its label.
     other_flows, other = incast(100, labels=("5|a", "3|b", "0|c"))
@@ -108,6 +110,7 @@ def test_which_flow_a_released_flow_waits_for_is_part_of_the_graph(tmp_path):
     memo = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "test", warn=print)
     memo.record(cg, 1, {flows["first"]: 100, flows["second"]: 200, flows["reply"]: 300},
                 dict.fromkeys(flows.values(), 1.0), {})
+    memo.flush()
     stored = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "test", warn=print)
     other, other_cg = replied(50, ("reply", "second", "first"), "second")
     [hit] = stored.lookup(other_cg)
@@ -125,11 +128,30 @@ def test_other_labels_miss(tmp_path, labels):
     assert (memo.stats.hits, memo.stats.misses) == (0, 1)
 
 
+def test_records_reach_the_store_in_batches(tmp_path, monkeypatch):
+    """A run keeps its new records in memory and appends them under one fsync at its end (or
+    FLUSH_EVERY_S after a record): another process sees them only then."""
+    store = MemoStore(tmp_path / "m.whdb")
+    memo = Memo(store, "fp", "t", warn=print)
+    for shift in (0, 100):
+        flows, cg = incast(shift, labels=(f"{shift}|a", "3|b", "0|c"))
+        memo.record(cg, 1, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {})
+    assert memo.stats.records_written == 2 and len(store.load().records) == 0
+    assert len(memo.lookup(cg)) == 1                      # its own records: at once
+    memo.flush()
+    assert len(store.load().records) == 2
+    monkeypatch.setattr(memo_module, "FLUSH_EVERY_S", 0.0)
+    flows, cg = incast(0, labels=("7|a", "3|b", "0|c"))
+    memo.record(cg, 1, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {})
+    assert len(store.load().records) == 3
+
+
 def test_another_fingerprint_is_never_loaded(tmp_path):
     store = MemoStore(tmp_path / "m.whdb")
     flows, cg = incast(0)
-    Memo(store, fingerprint({"ecn_kmin": 20}), "t", warn=print).record(
-        cg, 1, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {})
+    memo = Memo(store, fingerprint({"ecn_kmin": 20}), "t", warn=print)
+    memo.record(cg, 1, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {})
+    memo.flush()
     other = Memo(store, fingerprint({"ecn_kmin": 30}), "t", warn=print)
     assert other.stats.records_loaded == 0 and other.lookup(cg) == []
     assert len(Memo(store, fingerprint({"ecn_kmin": 20}), "t", warn=print).lookup(cg)) == 1
@@ -540,6 +562,7 @@ def test_a_graph_keeps_one_steady_and_one_truncated_record(tmp_path):
     for truncated, transient_ns in ((True, 30_000), (False, 70_000), (True, 40_000)):
         memo.record(cg, transient_ns, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {}, truncated=truncated)
     assert (memo.stats.records_written, memo.stats.records_duplicate) == (2, 1)
+    memo.flush()
     steady, truncated = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "t", warn=print).lookup(incast(100)[1])
     assert (steady.truncated, steady.transient_ns) == (False, 70_000)
     assert (truncated.truncated, truncated.transient_ns) == (True, 30_000)
@@ -576,6 +599,7 @@ def test_an_episode_record_maps_each_flows_end(tmp_path):
     memo.record(cg, 50_000, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {}, ends=ends)
     memo.record(cg, 60_000, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {}, ends=ends)
     assert (memo.stats.records_episode, memo.stats.records_duplicate) == (1, 1)
+    memo.flush()
     other, cg_other = incast(100, labels=("E1|a", "E2|b", "E3|c"))
     [hit] = Memo(MemoStore(tmp_path / "m.whdb"), "fp", "t", warn=print).lookup(cg_other)
     assert hit.ends == dict(zip(other, (30_000, 50_000, 40_000)))

@@ -409,6 +409,8 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
                 self._thaw(pid, now, planned=True)
             self._close_interval(pid, now)
         self.probe.Stop()
+        if self.memo is not None:
+            self.memo.flush()
 
     # -- internals ---------------------------------------------------------------------------
 
