@@ -38,12 +38,16 @@ def _instructions(root: Path, scenario: Path, out: Path, tagged: bool) -> dict:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    # Compile the patches first: valgrind would trace g++ too (it follows the run's children).
+    subprocess.run([sys.executable, "-c", "from bridge.ns3.patches import build_library; build_library()"],
+                   check=True, cwd=root, env=env)
     impl = "TagSimulatorImpl" if tagged else "DefaultSimulatorImpl"
     cmd = ["valgrind", "--tool=callgrind", "--trace-children=yes",
            f"--callgrind-out-file={out}/callgrind.%p", f"--toggle-collect=*{impl}::Run*",
            sys.executable, "-m", "bridge.cli", "run", str(scenario), "--out", str(out / "run"), "--quiet",
            *(["--accel", "--no-ff"] if tagged else [])]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env)
     if proc.returncode != 0:
         sys.exit(f"error: {scenario.name} with {root}: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
     total = 0
