@@ -614,6 +614,7 @@ def test_an_intact_but_inconsistent_record_is_skipped_with_a_warning(tmp_path):
     memo = Memo(store, "fp", "t", warn=print)
     memo.record(cg, 50_000, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {},
                 ends=dict(zip(flows, (30_000, 50_000, 40_000))))
+    memo.flush()
     bad = MemoStore(tmp_path / "m.whdb").load().records[0]
     bad.flows[0].progress_ns.append(10_000)                  # a time without a size
     bad.transient_ns += 1                                    # (another record id)
@@ -628,9 +629,10 @@ def test_an_intact_but_inconsistent_record_is_skipped_with_a_warning(tmp_path):
 def test_an_episode_record_whose_flow_clock_starts_past_its_end_is_skipped(tmp_path):
     flows, cg = incast(0, labels=("E1|a", "E2|b", "E3|c"))
     store = MemoStore(tmp_path / "m.whdb")
-    Memo(store, "fp", "t", warn=print).record(cg, 50_000, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {},
-                                              ends=dict(zip(flows, (30_000, 50_000, 40_000))),
-                                              leads=dict.fromkeys(flows, 500))
+    memo = Memo(store, "fp", "t", warn=print)
+    memo.record(cg, 50_000, dict.fromkeys(flows, 1), dict.fromkeys(flows, 1.0), {},
+                ends=dict(zip(flows, (30_000, 50_000, 40_000))), leads=dict.fromkeys(flows, 500))
+    memo.flush()
     bad = MemoStore(tmp_path / "m.whdb").load().records[0]
     bad.flows[1].lead_ns = bad.flows[1].end_ns + 1
     bad.transient_ns += 1                                    # (another record id)
