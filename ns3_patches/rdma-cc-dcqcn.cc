@@ -6,8 +6,34 @@ namespace wormhole
 
 // ---- DCQCN (Mellanox-style timers, as the reference) --------------------------------------------
 
+namespace
+{
+
+/// GetCongestionState: {rate, target rate, alpha} (RdmaCc's defaults).
+class DcqcnCc : public RdmaCc
+{
+  public:
+    using RdmaCc::RdmaCc;
+
+    void OnAck(RdmaQp* qp, Ptr<Packet>, const RdmaHeader& h) override
+    {
+        if (h.flags & FLAG_CNP)
+        {
+            CnpReceived(qp);
+        }
+    }
+
+  private:
+    void CnpReceived(RdmaQp* qp);
+    void UpdateAlpha(RdmaQp* qp);
+    void CheckRateDecrease(RdmaQp* qp);
+    void RateIncreaseTimer(RdmaQp* qp);
+};
+
+} // namespace
+
 void
-RdmaFabric::CnpReceived(RdmaQp* qp)
+DcqcnCc::CnpReceived(RdmaQp* qp)
 {
     qp->alphaCnpArrived = true;
     qp->decreaseCnpArrived = true;
@@ -15,10 +41,10 @@ RdmaFabric::CnpReceived(RdmaQp* qp)
     {
         qp->alpha = 1;
         qp->alphaCnpArrived = false;
-        qp->alphaTimer = Simulator::Schedule(NanoSeconds(cfg.alphaResumeIntervalNs), &RdmaFabric::UpdateAlpha, this, qp);
+        qp->alphaTimer = Simulator::Schedule(NanoSeconds(cfg.alphaResumeIntervalNs), &DcqcnCc::UpdateAlpha, this, qp);
         // +1 ns: the first decrease runs after the alpha update of the same instant.
         qp->decreaseTimer =
-            Simulator::Schedule(NanoSeconds(cfg.rateDecreaseIntervalNs + 1), &RdmaFabric::CheckRateDecrease, this, qp);
+            Simulator::Schedule(NanoSeconds(cfg.rateDecreaseIntervalNs + 1), &DcqcnCc::CheckRateDecrease, this, qp);
         qp->rate *= cfg.rateOnFirstCnp;
         qp->targetRate = qp->rate;
         qp->firstCnp = false;
@@ -26,18 +52,18 @@ RdmaFabric::CnpReceived(RdmaQp* qp)
 }
 
 void
-RdmaFabric::UpdateAlpha(RdmaQp* qp)
+DcqcnCc::UpdateAlpha(RdmaQp* qp)
 {
     qp->alpha = (1 - cfg.ewmaGain) * qp->alpha + (qp->alphaCnpArrived ? cfg.ewmaGain : 0);
     qp->alphaCnpArrived = false;
-    qp->alphaTimer = Simulator::Schedule(NanoSeconds(cfg.alphaResumeIntervalNs), &RdmaFabric::UpdateAlpha, this, qp);
+    qp->alphaTimer = Simulator::Schedule(NanoSeconds(cfg.alphaResumeIntervalNs), &DcqcnCc::UpdateAlpha, this, qp);
 }
 
 void
-RdmaFabric::CheckRateDecrease(RdmaQp* qp)
+DcqcnCc::CheckRateDecrease(RdmaQp* qp)
 {
     qp->decreaseTimer =
-        Simulator::Schedule(NanoSeconds(cfg.rateDecreaseIntervalNs), &RdmaFabric::CheckRateDecrease, this, qp);
+        Simulator::Schedule(NanoSeconds(cfg.rateDecreaseIntervalNs), &DcqcnCc::CheckRateDecrease, this, qp);
     if (!qp->decreaseCnpArrived)
     {
         return;
@@ -50,13 +76,13 @@ RdmaFabric::CheckRateDecrease(RdmaQp* qp)
     qp->stage = 0;
     qp->decreaseCnpArrived = false;
     qp->increaseTimer.Cancel();
-    qp->increaseTimer = Simulator::Schedule(NanoSeconds(cfg.rpTimerNs), &RdmaFabric::RateIncreaseTimer, this, qp);
+    qp->increaseTimer = Simulator::Schedule(NanoSeconds(cfg.rpTimerNs), &DcqcnCc::RateIncreaseTimer, this, qp);
 }
 
 void
-RdmaFabric::RateIncreaseTimer(RdmaQp* qp)
+DcqcnCc::RateIncreaseTimer(RdmaQp* qp)
 {
-    qp->increaseTimer = Simulator::Schedule(NanoSeconds(cfg.rpTimerNs), &RdmaFabric::RateIncreaseTimer, this, qp);
+    qp->increaseTimer = Simulator::Schedule(NanoSeconds(cfg.rpTimerNs), &DcqcnCc::RateIncreaseTimer, this, qp);
     if (qp->stage == cfg.fastRecoveryTimes)
     {
         qp->targetRate = std::min(qp->maxRate, qp->targetRate + double(cfg.rateAiBps));
@@ -67,6 +93,12 @@ RdmaFabric::RateIncreaseTimer(RdmaQp* qp)
     }
     qp->rate = qp->rate / 2 + qp->targetRate / 2;
     qp->stage++;
+}
+
+std::unique_ptr<RdmaCc>
+MakeDcqcn(RdmaFabric& f)
+{
+    return std::make_unique<DcqcnCc>(f);
 }
 
 } // namespace wormhole

@@ -4,10 +4,66 @@
 namespace wormhole
 {
 
+namespace
+{
+
+/// GetCongestionState: {rate, reference rate, the last RTT sample (ns)}.
+class TimelyCc : public RdmaCc
+{
+  public:
+    using RdmaCc::RdmaCc;
+
+    void OnAck(RdmaQp* qp, Ptr<Packet>, const RdmaHeader& h) override { Ack(qp, h); }
+
+    void OnSend(const RdmaQp* qp, RdmaHeader& h) override
+    {
+        // The device sends it now (the queue built it on dequeue), on a clock that stops while its
+        // partition is frozen: an RTT over any number of freezes is the network's, as in stock.
+        h.ts = uint32_t(Simulator::Now().GetNanoSeconds() - qp->frozenTotalNs);
+    }
+
+    uint32_t ExtraDataBytes() const override { return cfg.timestampBytes; }
+
+    void GetState(const RdmaQp& qp, double* out) const override
+    {
+        out[0] = qp.rate;
+        out[1] = qp.refRate;
+        out[2] = double(qp.lastRttNs);
+    }
+
+    double& ReferenceRate(RdmaQp& qp) const override { return qp.refRate; }
+
+    void SetThird(RdmaQp& qp, double value) const override { qp.lastRttNs = int64_t(value); }
+
+  private:
+    void Ack(RdmaQp* qp, const RdmaHeader& h);
+};
+
+/// GetCongestionState: {rate, rate, alpha}.
+class DctcpCc : public RdmaCc
+{
+  public:
+    using RdmaCc::RdmaCc;
+
+    void OnAck(RdmaQp* qp, Ptr<Packet>, const RdmaHeader& h) override { Ack(qp, h); }
+
+    void GetState(const RdmaQp& qp, double* out) const override
+    {
+        out[0] = qp.rate;
+        out[1] = qp.rate;
+        out[2] = qp.alpha;
+    }
+
+  private:
+    void Ack(RdmaQp* qp, const RdmaHeader& h);
+};
+
+} // namespace
+
 // ---- TIMELY and DCTCP (rate-based, as the reference: the new rate applies from the next packet) ---
 
 void
-RdmaFabric::TimelyAck(RdmaQp* qp, const RdmaHeader& h)
+TimelyCc::Ack(RdmaQp* qp, const RdmaHeader& h)
 {
     if (h.seq <= qp->lastUpdateSeq)
     {
@@ -43,7 +99,7 @@ RdmaFabric::TimelyAck(RdmaQp* qp, const RdmaHeader& h)
 }
 
 void
-RdmaFabric::DctcpAck(RdmaQp* qp, const RdmaHeader& h)
+DctcpCc::Ack(RdmaQp* qp, const RdmaHeader& h)
 {
     bool marked = h.flags & FLAG_CNP;
     qp->ecnAcks += marked;
@@ -78,6 +134,18 @@ RdmaFabric::DctcpAck(RdmaQp* qp, const RdmaHeader& h)
     {
         qp->rate = std::min(qp->maxRate, qp->rate + double(cfg.dctcpRateAiBps));
     }
+}
+
+std::unique_ptr<RdmaCc>
+MakeTimely(RdmaFabric& f)
+{
+    return std::make_unique<TimelyCc>(f);
+}
+
+std::unique_ptr<RdmaCc>
+MakeDctcp(RdmaFabric& f)
+{
+    return std::make_unique<DctcpCc>(f);
 }
 
 } // namespace wormhole

@@ -1,5 +1,5 @@
 // Building the RDMA fabric: nodes, links and their port queues, per-flow ECMP routes (again when a
-// link goes down) and the base RTTs and BDPs the queue pairs use.
+// link goes down), the base RTTs and BDPs the queue pairs use, and its congestion control.
 #include "rdma-fabric.h"
 
 namespace wormhole
@@ -43,6 +43,7 @@ RdmaFabric::Build(uint32_t nNodes,
                   const uint64_t* rateBps,
                   const int64_t* delayNs)
 {
+    cc = RdmaCc::Create(*this);
     nodes.Create(nNodes);
     isHost.assign(host, host + nNodes);
     nodePorts.assign(nNodes, {});
@@ -262,6 +263,28 @@ RdmaFabric::ComputeBaseRtts()
         {
             break; // large fabrics: one source sees every hop count of a Clos
         }
+    }
+}
+
+// ---- Congestion control -------------------------------------------------------------------------
+
+std::unique_ptr<RdmaCc>
+RdmaCc::Create(RdmaFabric& f)
+{
+    switch (f.cfg.ccMode)
+    {
+    case CC_DCQCN:
+        return MakeDcqcn(f);
+    case CC_HPCC:
+        return MakeHpcc(f);
+    case CC_HPCC_PINT:
+        return MakeHpccPint(f);
+    case CC_TIMELY:
+        return MakeTimely(f);
+    case CC_DCTCP:
+        return MakeDctcp(f);
+    default:
+        return std::make_unique<RdmaCc>(f); // (the bridge only passes the modes above)
     }
 }
 

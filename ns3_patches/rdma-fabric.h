@@ -163,6 +163,8 @@ class RdmaPortQueue : public Queue<Packet>
 
 // ---- The models ---------------------------------------------------------------------------------
 
+class RdmaCc;
+
 class RdmaFabric
 {
   public:
@@ -254,6 +256,7 @@ class RdmaFabric
     uint32_t pintMaxPower = 0;             //!< the largest power PINT's field holds
     uint64_t ecnMarks = 0;
     std::vector<PfcEvent> pfcLog;
+    std::unique_ptr<RdmaCc> cc; //!< the congestion control of cfg.ccMode (made by Build)
 
     struct QueueSample
     {
@@ -345,71 +348,84 @@ class RdmaFabric
     void ResetCc(RdmaQp* qp);
     void ArmRto(RdmaQp* qp);
     void CheckRto(RdmaQp* qp);
-    // DCQCN
-    void CnpReceived(RdmaQp* qp);
-    void UpdateAlpha(RdmaQp* qp);
-    void CheckRateDecrease(RdmaQp* qp);
-    void RateIncreaseTimer(RdmaQp* qp);
-    // HPCC
-    void HpccAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h);
-    /// HPCC's rule: from reference rate `ref` at stage `stage`, utilization `u` gives the new rate
-    /// (multiplicative over U_TARGET or after MI_THRESH additive steps, then RATE_AI) and stage.
-    std::pair<double, uint32_t> HpccRate(double ref, uint32_t stage, double u, double maxRate) const
-    {
-        double k = u / cfg.uTarget;
-        bool multiplicative = k >= 1 || stage >= cfg.miThresh;
-        double rate = (multiplicative ? ref / k : ref) + double(cfg.rateAiBps);
-        return {std::clamp(rate, double(cfg.minRateBps), maxRate), multiplicative ? 0 : stage + 1};
-    }
-    void HpccMultiRate(RdmaQp* qp, const IntStack& tag, bool full);
-    /// A hop record as the QP reads it: one stamped before the QP's last freeze moves with it.
-    static RdmaQp::Hop Received(const RdmaQp* qp, RdmaQp::Hop hop)
-    {
-        if (hop.timeNs < qp->frozenFromNs)
-        {
-            hop.timeNs += qp->frozenShiftNs; // stamped before a freeze, carried through it
-        }
-        return hop;
-    }
-    /// HPCC's utilization of a hop between two of its records: bytes sent over the line rate, plus
-    /// the queue both saw over the QP's window (scaled to the line rate).
-    static double HopUtilization(const RdmaQp* qp, const RdmaQp::Hop& now, const RdmaQp::Hop& last)
-    {
-        double txRate = double(now.txBytes - last.txBytes) * 8e9 / double(now.timeNs - last.timeNs);
-        return txRate / double(now.rateBps) +
-               double(std::min(now.qlen, last.qlen)) * qp->maxRate / double(now.rateBps) / double(qp->window);
-    }
-    void PintAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h);
-    void PintStamp(Port& out, IntStack& stack, uint64_t qlen);
-    uint16_t PintEncode(double u);
-    double PintDecode(uint16_t power) const;
+    /// Set `qp`'s rate now: its pending send is paced anew (HPCC, HPCC-PINT).
     void ChangeRate(RdmaQp* qp, double rate);
-    // TIMELY, DCTCP
-    void TimelyAck(RdmaQp* qp, const RdmaHeader& h);
-    void DctcpAck(RdmaQp* qp, const RdmaHeader& h);
-
-    /// Data-frame bytes beyond the fixed overhead: HPCC's telemetry, PINT's field, TIMELY's send time.
-    uint32_t ExtraDataBytes() const
-    {
-        return cfg.ccMode == CC_HPCC        ? cfg.intBytes
-               : cfg.ccMode == CC_HPCC_PINT ? cfg.pintBytes
-               : cfg.ccMode == CC_TIMELY    ? cfg.timestampBytes
-                                            : 0;
-    }
-
-    /// ACK/NACK bytes beyond ackBytes: the telemetry or PINT field the ACK echoes.
-    uint32_t ExtraAckBytes() const
-    {
-        return cfg.ccMode == CC_HPCC ? cfg.intBytes : cfg.ccMode == CC_HPCC_PINT ? cfg.pintBytes : 0;
-    }
-
-    bool Telemetry() const { return cfg.ccMode == CC_HPCC || cfg.ccMode == CC_HPCC_PINT; }
 
     uint32_t ClassOf(uint8_t type, uint8_t cls) const
     {
         return (type == PFC || (cfg.ackHighPrio && (type == ACK || type == NACK))) ? 0 : cls;
     }
 };
+
+// ---- Congestion control -------------------------------------------------------------------------
+
+/// A congestion control (CC_MODE) as the NICs, the switches and the engine see it: one object per
+/// fabric, its state per QP in RdmaQp. The defaults are those of no congestion control at all.
+/// Implementations: rdma-cc-dcqcn.cc, rdma-cc-hpcc.cc (HPCC, HPCC-PINT), rdma-cc-timely-dctcp.cc.
+class RdmaCc
+{
+  public:
+    explicit RdmaCc(RdmaFabric& f)
+        : fabric(f),
+          cfg(f.cfg)
+    {
+    }
+
+    virtual ~RdmaCc() = default;
+
+    /// The congestion control of `f.cfg.ccMode` (rdma-fabric.cc).
+    static std::unique_ptr<RdmaCc> Create(RdmaFabric& f);
+
+    /// An ACK or NACK `p` for `qp`, which still has bytes unacknowledged.
+    virtual void OnAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h) {}
+
+    /// `qp` builds data frame `h`, which the device sends now.
+    virtual void OnSend(const RdmaQp* qp, RdmaHeader& h) {}
+
+    /// Data frame `p` leaves switch port `out` (ECN already marked), `qlen` bytes queued there after it.
+    virtual void OnEgress(RdmaFabric::Port& out, Ptr<Packet> p, uint64_t qlen) {}
+
+    /// Data-frame bytes beyond the fixed overhead: HPCC's telemetry, PINT's field, TIMELY's send time.
+    virtual uint32_t ExtraDataBytes() const { return 0; }
+
+    /// ACK/NACK bytes beyond ackBytes: the telemetry or PINT field the ACK echoes.
+    virtual uint32_t ExtraAckBytes() const { return 0; }
+
+    /// Whether data frames carry telemetry, kept by the fabric per packet uid and copied onto their ACKs.
+    virtual bool Telemetry() const { return false; }
+
+    /// RdmaQp::GetCongestionState's three values (the rate, the reference rate, the third value).
+    virtual void GetState(const RdmaQp& qp, double* out) const
+    {
+        out[0] = qp.rate;
+        out[1] = qp.targetRate;
+        out[2] = qp.alpha;
+    }
+
+    /// The reference rate RdmaQp::SetCongestionState sets.
+    virtual double& ReferenceRate(RdmaQp& qp) const { return qp.targetRate; }
+
+    /// RdmaQp::SetCongestionState's third value (alpha, HPCC's U, TIMELY's last RTT).
+    virtual void SetThird(RdmaQp& qp, double value) const
+    {
+        qp.alpha = value;
+        if (cfg.multiRate)
+        {
+            std::fill(std::begin(qp.hopU), std::end(qp.hopU), value);
+        }
+    }
+
+  protected:
+    RdmaFabric& fabric;
+    const RdmaConfig& cfg;
+};
+
+/// The implementations, each in its file.
+std::unique_ptr<RdmaCc> MakeDcqcn(RdmaFabric& f);
+std::unique_ptr<RdmaCc> MakeHpcc(RdmaFabric& f);
+std::unique_ptr<RdmaCc> MakeHpccPint(RdmaFabric& f);
+std::unique_ptr<RdmaCc> MakeTimely(RdmaFabric& f);
+std::unique_ptr<RdmaCc> MakeDctcp(RdmaFabric& f);
 
 } // namespace wormhole
 

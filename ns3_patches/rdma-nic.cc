@@ -168,20 +168,16 @@ RdmaFabric::MakeData(RdmaQp* qp)
     h.qpn = qp->id;
     h.seq = qp->sndNxt;
     h.len = uint16_t(payload);
-    h.wireBytes = uint16_t(std::max<uint32_t>(RdmaHeader::FIXED, cfg.dataOverheadBytes - PPP_BYTES + ExtraDataBytes()));
-    if (cfg.ccMode == CC_TIMELY)
-    {
-        // The device sends it now (the queue built it on dequeue), on a clock that stops while its
-        // partition is frozen: an RTT over any number of freezes is the network's, as in stock.
-        h.ts = uint32_t(Simulator::Now().GetNanoSeconds() - qp->frozenTotalNs);
-    }
+    h.wireBytes =
+        uint16_t(std::max<uint32_t>(RdmaHeader::FIXED, cfg.dataOverheadBytes - PPP_BYTES + cc->ExtraDataBytes()));
+    cc->OnSend(qp, h);
     if (qp->sndNxt + payload == qp->size)
     {
         h.flags |= FLAG_LAST;
     }
     Ptr<Packet> p = Create<Packet>(payload);
     p->AddHeader(h);
-    if (Telemetry())
+    if (cc->Telemetry())
     {
         telemetry[p->GetUid()] = IntStack();
     }
@@ -270,6 +266,19 @@ RdmaFabric::Kick(uint32_t port)
 }
 
 void
+RdmaFabric::ChangeRate(RdmaQp* qp, double rate)
+{
+    // The pending send was paced at the old rate: move it as if the last packet went at the new one.
+    if (qp->lastPacketBytes > 0)
+    {
+        double bits = double(qp->lastPacketBytes) * 8e12;
+        qp->nextAvailPs += int64_t(std::llround(bits / rate - bits / qp->rate));
+    }
+    qp->rate = rate;
+    ScheduleWake(qp->port); // a faster rate may pull the NIC's wake-up earlier
+}
+
+void
 RdmaFabric::HostReceive(uint32_t port, Ptr<Packet> p, const RdmaHeader& h)
 {
     if (h.type == DATA)
@@ -280,7 +289,7 @@ RdmaFabric::HostReceive(uint32_t port, Ptr<Packet> p, const RdmaHeader& h)
     {
         ReceiveAck(p, h);
     }
-    if (Telemetry())
+    if (cc->Telemetry())
     {
         telemetry.erase(p->GetUid()); // it has arrived: its telemetry was read or copied
     }
@@ -342,10 +351,10 @@ RdmaFabric::SendControl(uint32_t port, const RdmaHeader& data, uint8_t type, uin
     h.seq = seq;
     h.ts = data.ts;
     h.wireBytes = uint16_t(std::max<uint32_t>(RdmaHeader::FIXED,
-                                              cfg.ackBytes - PPP_BYTES + ExtraAckBytes()));
+                                              cfg.ackBytes - PPP_BYTES + cc->ExtraAckBytes()));
     Ptr<Packet> p = Create<Packet>();
     p->AddHeader(h);
-    if (Telemetry())
+    if (cc->Telemetry())
     {
         telemetry[p->GetUid()] = telemetry[dataPacket->GetUid()];
     }
@@ -366,25 +375,9 @@ RdmaFabric::ReceiveAck(Ptr<Packet> p, const RdmaHeader& h)
     {
         ResetCc(qp); // idle: the next flow starts like a new QP, as the reference's one QP per flow
     }
-    else if (cfg.ccMode == CC_DCQCN && (h.flags & FLAG_CNP))
+    else
     {
-        CnpReceived(qp);
-    }
-    else if (cfg.ccMode == CC_HPCC)
-    {
-        HpccAck(qp, p, h);
-    }
-    else if (cfg.ccMode == CC_HPCC_PINT)
-    {
-        PintAck(qp, p, h);
-    }
-    else if (cfg.ccMode == CC_TIMELY)
-    {
-        TimelyAck(qp, h);
-    }
-    else if (cfg.ccMode == CC_DCTCP)
-    {
-        DctcpAck(qp, h);
+        cc->OnAck(qp, p, h);
     }
     Kick(qp->port);
 }

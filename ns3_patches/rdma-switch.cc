@@ -177,18 +177,7 @@ RdmaFabric::SwitchDequeue(uint32_t port)
                 p->AddHeader(h);
                 p->AddHeader(ppp);
             }
-            if (cfg.ccMode == CC_HPCC)
-            {
-                IntStack& stack = telemetry[p->GetUid()];
-                if (stack.nHops < MAX_INT_HOPS)
-                {
-                    stack.hops[stack.nHops++] = {Simulator::Now().GetNanoSeconds(), out.txBytes, q.bytes, out.rateBps};
-                }
-            }
-            else if (cfg.ccMode == CC_HPCC_PINT)
-            {
-                PintStamp(out, telemetry[p->GetUid()], q.bytes);
-            }
+            cc->OnEgress(out, p, q.bytes);
         }
         ResumeIfBelow(item.inPort, cls);
     }

@@ -22,21 +22,15 @@ RdmaQp::GetCongestionState(double* out, uint32_t cap) const
     {
         return 0;
     }
-    uint32_t mode = fabric->cfg.ccMode;
-    out[0] = rate;
-    bool hpcc = mode == CC_HPCC || mode == CC_HPCC_PINT;
-    out[1] = hpcc || mode == CC_TIMELY ? refRate : mode == CC_DCTCP ? rate : targetRate;
-    out[2] = hpcc ? u : mode == CC_TIMELY ? double(lastRttNs) : alpha;
+    fabric->cc->GetState(*this, out);
     return 3;
 }
 
 void
 RdmaQp::SetCongestionState(double newRate, double target, double newAlpha)
 {
-    uint32_t mode = fabric->cfg.ccMode;
     rate = std::clamp(newRate, double(fabric->cfg.minRateBps), maxRate);
-    bool hpcc = mode == CC_HPCC || mode == CC_HPCC_PINT;
-    double& reference = hpcc || mode == CC_TIMELY ? refRate : targetRate; // (DCTCP: unused)
+    double& reference = fabric->cc->ReferenceRate(*this); // (DCTCP: unused)
     reference = std::clamp(target, double(fabric->cfg.minRateBps), maxRate);
     if (fabric->cfg.multiRate)
     {
@@ -46,18 +40,7 @@ RdmaQp::SetCongestionState(double newRate, double target, double newAlpha)
     {
         return;
     }
-    if (mode == CC_TIMELY)
-    {
-        lastRttNs = int64_t(newAlpha);
-    }
-    else
-    {
-        (hpcc ? u : alpha) = newAlpha;
-        if (fabric->cfg.multiRate)
-        {
-            std::fill(std::begin(hopU), std::end(hopU), newAlpha);
-        }
-    }
+    fabric->cc->SetThird(*this, newAlpha);
 }
 
 uint64_t
