@@ -105,7 +105,7 @@ struct RdmaConfig
     std::vector<Ecn> ecn;
 };
 
-class RdmaFabric; // the models (switches, NICs, queues), defined in rdma.cc
+class RdmaFabric; // the models (switches, NICs, queues): rdma-fabric.h, private to the rdma*.cc files
 
 /// Sender side of one queue pair; it carries flows in FIFO order (like one TCP connection).
 class RdmaQp
@@ -128,7 +128,7 @@ class RdmaQp
     /// holds (pacing, timeout, HPCC telemetry) onto the shifted clock, so the freeze is invisible.
     void ShiftTimes(int64_t shiftNs);
 
-    // Internal state (rdma.cc).
+    // Internal state (the models': rdma-nic.cc, rdma-cc-*.cc).
     RdmaFabric* fabric = nullptr;
     uint32_t id = 0;
     uint32_t src = 0;

@@ -1,0 +1,104 @@
+// DCQCN congestion control at the sender (CNP reaction, alpha, rate decrease and increase timers).
+#include "rdma-fabric.h"
+
+namespace wormhole
+{
+
+// ---- DCQCN (Mellanox-style timers, as the reference) --------------------------------------------
+
+namespace
+{
+
+/// GetCongestionState: {rate, target rate, alpha} (RdmaCc's defaults).
+class DcqcnCc : public RdmaCc
+{
+  public:
+    using RdmaCc::RdmaCc;
+
+    void OnAck(RdmaQp* qp, Ptr<Packet>, const RdmaHeader& h) override
+    {
+        if (h.flags & FLAG_CNP)
+        {
+            CnpReceived(qp);
+        }
+    }
+
+  private:
+    void CnpReceived(RdmaQp* qp);
+    void UpdateAlpha(RdmaQp* qp);
+    void CheckRateDecrease(RdmaQp* qp);
+    void RateIncreaseTimer(RdmaQp* qp);
+};
+
+} // namespace
+
+void
+DcqcnCc::CnpReceived(RdmaQp* qp)
+{
+    qp->alphaCnpArrived = true;
+    qp->decreaseCnpArrived = true;
+    if (qp->firstCnp)
+    {
+        qp->alpha = 1;
+        qp->alphaCnpArrived = false;
+        qp->alphaTimer = Simulator::Schedule(NanoSeconds(cfg.alphaResumeIntervalNs), &DcqcnCc::UpdateAlpha, this, qp);
+        // +1 ns: the first decrease runs after the alpha update of the same instant.
+        qp->decreaseTimer =
+            Simulator::Schedule(NanoSeconds(cfg.rateDecreaseIntervalNs + 1), &DcqcnCc::CheckRateDecrease, this, qp);
+        qp->rate *= cfg.rateOnFirstCnp;
+        qp->targetRate = qp->rate;
+        qp->firstCnp = false;
+    }
+}
+
+void
+DcqcnCc::UpdateAlpha(RdmaQp* qp)
+{
+    qp->alpha = (1 - cfg.ewmaGain) * qp->alpha + (qp->alphaCnpArrived ? cfg.ewmaGain : 0);
+    qp->alphaCnpArrived = false;
+    qp->alphaTimer = Simulator::Schedule(NanoSeconds(cfg.alphaResumeIntervalNs), &DcqcnCc::UpdateAlpha, this, qp);
+}
+
+void
+DcqcnCc::CheckRateDecrease(RdmaQp* qp)
+{
+    qp->decreaseTimer =
+        Simulator::Schedule(NanoSeconds(cfg.rateDecreaseIntervalNs), &DcqcnCc::CheckRateDecrease, this, qp);
+    if (!qp->decreaseCnpArrived)
+    {
+        return;
+    }
+    if (cfg.clampTargetRate || qp->stage != 0)
+    {
+        qp->targetRate = qp->rate;
+    }
+    qp->rate = std::max(double(cfg.minRateBps), qp->rate * (1 - qp->alpha / 2));
+    qp->stage = 0;
+    qp->decreaseCnpArrived = false;
+    qp->increaseTimer.Cancel();
+    qp->increaseTimer = Simulator::Schedule(NanoSeconds(cfg.rpTimerNs), &DcqcnCc::RateIncreaseTimer, this, qp);
+}
+
+void
+DcqcnCc::RateIncreaseTimer(RdmaQp* qp)
+{
+    qp->increaseTimer = Simulator::Schedule(NanoSeconds(cfg.rpTimerNs), &DcqcnCc::RateIncreaseTimer, this, qp);
+    if (qp->stage == cfg.fastRecoveryTimes)
+    {
+        qp->targetRate = std::min(qp->maxRate, qp->targetRate + double(cfg.rateAiBps));
+    }
+    else if (qp->stage > cfg.fastRecoveryTimes)
+    {
+        qp->targetRate = std::min(qp->maxRate, qp->targetRate + double(cfg.rateHaiBps));
+    }
+    qp->rate = qp->rate / 2 + qp->targetRate / 2;
+    qp->stage++;
+}
+
+std::unique_ptr<RdmaCc>
+MakeDcqcn(RdmaFabric& f)
+{
+    return std::make_unique<DcqcnCc>(f);
+}
+
+} // namespace wormhole
