@@ -114,7 +114,7 @@ TagSimulatorImpl::OnPhyTxBegin(uint32_t port, Ptr<const Packet> packet)
         m_errors[TX_OVERLAP]++;
     }
     // The device has just timed this frame itself: timing it again (an int64x64 division) made a
-    // tagged event cost 8.3 % more instructions than a stock one, 1.0 % without it
+    // tagged event cost 8.1 % more instructions than a stock one, 0.7 % without it
     // (benchmarks/tagging_cost.py). A port sends frames of a few sizes: those of its last two are kept.
     Port& p = m_ports[port];
     uint32_t size = packet->GetSize();
