@@ -129,8 +129,8 @@ def test_other_labels_miss(tmp_path, labels):
 
 
 def test_records_reach_the_store_in_batches(tmp_path, monkeypatch):
-    """A run keeps its new records in memory and appends them under one fsync at its end (or
-    FLUSH_EVERY_S after a record): another process sees them only then."""
+    """A run keeps its new records in memory and appends them under one fsync at its end, or
+    once they have waited FLUSH_EVERY_S: another process sees them only then."""
     store = MemoStore(tmp_path / "m.whdb")
     memo = Memo(store, "fp", "t", warn=print)
     for shift in (0, 100):

@@ -382,6 +382,8 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
                 due, self.next_check_ns = True, now + period
             if due:
                 self._check(now)
+        if self.memo is not None:
+            self.memo.flush_if_due()
         self.stats.control_s += time.perf_counter() - t0
 
     def slice_ran(self) -> None:

@@ -334,13 +334,18 @@ class Memo:
         self.stats.records_episode += episode
         if self.store is not None:
             self.unwritten.append(record)
-            if time.monotonic() - self.flushed_at >= FLUSH_EVERY_S:
-                self.flush()
+            self.flush_if_due()
+
+    def flush_if_due(self) -> None:
+        """Flush if records have waited since FLUSH_EVERY_S or more (the engine asks after each
+        run slice): a process killed mid-run loses at most about that much of its records."""
+        if self.unwritten and time.monotonic() - self.flushed_at >= FLUSH_EVERY_S:
+            self.flush()
 
     def flush(self) -> None:
-        """Append the records not yet in the store, under one lock and one fsync. A run flushes
-        at its end (FastForward.finish) and at most FLUSH_EVERY_S after a record: a process killed
-        meanwhile loses those records, never the store's others (it tears at most the last)."""
+        """Append the records not yet in the store, under one lock and one fsync (the run's end,
+        FastForward.finish, and flush_if_due). A process killed meanwhile loses those records, never
+        the store's others (it tears at most the last)."""
         self.flushed_at = time.monotonic()
         records, self.unwritten = self.unwritten, []
         if self.store is None or not records:
