@@ -12,7 +12,10 @@ namespace
 class HpccCc : public RdmaCc
 {
   public:
-    using RdmaCc::RdmaCc;
+    explicit HpccCc(RdmaFabric& f)
+        : RdmaCc(f, {f.cfg.intBytes, f.cfg.intBytes, true})
+    {
+    }
 
     void OnAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h) override;
 
@@ -24,12 +27,6 @@ class HpccCc : public RdmaCc
             stack.hops[stack.nHops++] = {Simulator::Now().GetNanoSeconds(), out.txBytes, qlen, out.rateBps};
         }
     }
-
-    uint32_t ExtraDataBytes() const override { return cfg.intBytes; }
-
-    uint32_t ExtraAckBytes() const override { return cfg.intBytes; }
-
-    bool Telemetry() const override { return true; }
 
     void GetState(const RdmaQp& qp, double* out) const override
     {
@@ -50,6 +47,11 @@ class HpccCc : public RdmaCc
     }
 
   protected:
+    HpccCc(RdmaFabric& f, Wire w)
+        : RdmaCc(f, w)
+    {
+    }
+
     /// HPCC's rule: from reference rate `ref` at stage `stage`, utilization `u` gives the new rate
     /// (multiplicative over U_TARGET or after MI_THRESH additive steps, then RATE_AI) and stage.
     std::pair<double, uint32_t> HpccRate(double ref, uint32_t stage, double u, double maxRate) const
@@ -87,7 +89,10 @@ class HpccCc : public RdmaCc
 class PintCc : public HpccCc
 {
   public:
-    using HpccCc::HpccCc;
+    explicit PintCc(RdmaFabric& f)
+        : HpccCc(f, {f.cfg.pintBytes, f.cfg.pintBytes, true})
+    {
+    }
 
     void OnAck(RdmaQp* qp, Ptr<Packet> p, const RdmaHeader& h) override;
 
@@ -95,10 +100,6 @@ class PintCc : public HpccCc
     {
         Stamp(out, fabric.telemetry[p->GetUid()], qlen);
     }
-
-    uint32_t ExtraDataBytes() const override { return cfg.pintBytes; }
-
-    uint32_t ExtraAckBytes() const override { return cfg.pintBytes; }
 
   private:
     void Stamp(RdmaFabric::Port& out, IntStack& stack, uint64_t qlen);

@@ -11,7 +11,10 @@ namespace
 class TimelyCc : public RdmaCc
 {
   public:
-    using RdmaCc::RdmaCc;
+    explicit TimelyCc(RdmaFabric& f)
+        : RdmaCc(f, {f.cfg.timestampBytes, 0, false})
+    {
+    }
 
     void OnAck(RdmaQp* qp, Ptr<Packet>, const RdmaHeader& h) override { Ack(qp, h); }
 
@@ -21,8 +24,6 @@ class TimelyCc : public RdmaCc
         // partition is frozen: an RTT over any number of freezes is the network's, as in stock.
         h.ts = uint32_t(Simulator::Now().GetNanoSeconds() - qp->frozenTotalNs);
     }
-
-    uint32_t ExtraDataBytes() const override { return cfg.timestampBytes; }
 
     void GetState(const RdmaQp& qp, double* out) const override
     {

@@ -365,9 +365,24 @@ class RdmaFabric
 class RdmaCc
 {
   public:
-    explicit RdmaCc(RdmaFabric& f)
-        : fabric(f),
+    /// What the CC adds to every frame, fixed for a run: data members, not virtual calls, since
+    /// the NICs and switches ask per packet.
+    struct Wire
+    {
+        uint32_t extraDataBytes = 0; //!< data-frame bytes beyond the fixed overhead: HPCC's telemetry, PINT's field, TIMELY's send time
+        uint32_t extraAckBytes = 0;  //!< ACK/NACK bytes beyond ackBytes: the telemetry or PINT field the ACK echoes
+        bool telemetry = false;      //!< data frames carry telemetry (OnEgress), kept by the fabric per packet uid and copied onto their ACKs
+    };
+
+    RdmaCc(RdmaFabric& f, Wire w)
+        : wire(w),
+          fabric(f),
           cfg(f.cfg)
+    {
+    }
+
+    explicit RdmaCc(RdmaFabric& f)
+        : RdmaCc(f, Wire{})
     {
     }
 
@@ -382,17 +397,9 @@ class RdmaCc
     /// `qp` builds data frame `h`, which the device sends now.
     virtual void OnSend(const RdmaQp* qp, RdmaHeader& h) {}
 
-    /// Data frame `p` leaves switch port `out` (ECN already marked), `qlen` bytes queued there after it.
+    /// Data frame `p` leaves switch port `out` (ECN already marked), `qlen` bytes queued there after
+    /// it; asked only with wire.telemetry.
     virtual void OnEgress(RdmaFabric::Port& out, Ptr<Packet> p, uint64_t qlen) {}
-
-    /// Data-frame bytes beyond the fixed overhead: HPCC's telemetry, PINT's field, TIMELY's send time.
-    virtual uint32_t ExtraDataBytes() const { return 0; }
-
-    /// ACK/NACK bytes beyond ackBytes: the telemetry or PINT field the ACK echoes.
-    virtual uint32_t ExtraAckBytes() const { return 0; }
-
-    /// Whether data frames carry telemetry, kept by the fabric per packet uid and copied onto their ACKs.
-    virtual bool Telemetry() const { return false; }
 
     /// RdmaQp::GetCongestionState's three values (the rate, the reference rate, the third value).
     virtual void GetState(const RdmaQp& qp, double* out) const
@@ -414,6 +421,8 @@ class RdmaCc
             std::fill(std::begin(qp.hopU), std::end(qp.hopU), value);
         }
     }
+
+    const Wire wire;
 
   protected:
     RdmaFabric& fabric;

@@ -169,7 +169,7 @@ RdmaFabric::MakeData(RdmaQp* qp)
     h.seq = qp->sndNxt;
     h.len = uint16_t(payload);
     h.wireBytes =
-        uint16_t(std::max<uint32_t>(RdmaHeader::FIXED, cfg.dataOverheadBytes - PPP_BYTES + cc->ExtraDataBytes()));
+        uint16_t(std::max<uint32_t>(RdmaHeader::FIXED, cfg.dataOverheadBytes - PPP_BYTES + cc->wire.extraDataBytes));
     cc->OnSend(qp, h);
     if (qp->sndNxt + payload == qp->size)
     {
@@ -177,7 +177,7 @@ RdmaFabric::MakeData(RdmaQp* qp)
     }
     Ptr<Packet> p = Create<Packet>(payload);
     p->AddHeader(h);
-    if (cc->Telemetry())
+    if (cc->wire.telemetry)
     {
         telemetry[p->GetUid()] = IntStack();
     }
@@ -289,7 +289,7 @@ RdmaFabric::HostReceive(uint32_t port, Ptr<Packet> p, const RdmaHeader& h)
     {
         ReceiveAck(p, h);
     }
-    if (cc->Telemetry())
+    if (cc->wire.telemetry)
     {
         telemetry.erase(p->GetUid()); // it has arrived: its telemetry was read or copied
     }
@@ -351,10 +351,10 @@ RdmaFabric::SendControl(uint32_t port, const RdmaHeader& data, uint8_t type, uin
     h.seq = seq;
     h.ts = data.ts;
     h.wireBytes = uint16_t(std::max<uint32_t>(RdmaHeader::FIXED,
-                                              cfg.ackBytes - PPP_BYTES + cc->ExtraAckBytes()));
+                                              cfg.ackBytes - PPP_BYTES + cc->wire.extraAckBytes));
     Ptr<Packet> p = Create<Packet>();
     p->AddHeader(h);
-    if (cc->Telemetry())
+    if (cc->wire.telemetry)
     {
         telemetry[p->GetUid()] = telemetry[dataPacket->GetUid()];
     }

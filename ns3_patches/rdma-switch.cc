@@ -177,7 +177,10 @@ RdmaFabric::SwitchDequeue(uint32_t port)
                 p->AddHeader(h);
                 p->AddHeader(ppp);
             }
-            cc->OnEgress(out, p, q.bytes);
+            if (cc->wire.telemetry)
+            {
+                cc->OnEgress(out, p, q.bytes);
+            }
         }
         ResumeIfBelow(item.inPort, cls);
     }
