@@ -158,17 +158,19 @@ class FairStarts:
         shares = self._frozen_shares(conns)
         cuts = None
         if hpcc and not self.link_shares:
-            cuts = self._nic_bound(flows, conns, shares) if shares is not None else None
+            if shares is None or self._queued_on_switches(conns):
+                return False
+            cuts = self._nic_bound(flows, conns, shares)
             if cuts is None:
                 return False
         elif shares is None or hpcc and not self._outlasts_min_freeze(flows, shares):
             return False
-        elif self._queued_on_switches(conns) or hpcc and not self._cut_to_link_shares(flows, shares):
+        elif (queued := self._queued_on_switches(conns)) or hpcc and not self._cut_to_link_shares(flows, shares):
             if not hpcc:
                 return False
             # Not at the switch ports' shares (yet): their NICs may bind them while HPCC cuts.
             nics = self._nic_shares(conns)
-            cuts = self._nic_bound(flows, conns, nics)
+            cuts = None if queued else self._nic_bound(flows, conns, nics)
             if cuts is None:      # HPCC is still cutting or climbing: its QPs may get there
                 self.retry_at[part.id] = now + HPCC_RETRY_NS    # within round trips
                 return False
@@ -250,9 +252,10 @@ class FairStarts:
         return not added or self._frozen_shares(conns + added) is not None
 
     def _nic_bound(self, flows: list[int], conns: list[int], shares: np.ndarray) -> dict[int, tuple[float, ...]] | None:
-        """HPCC: the QPs' cuts (_nic_bound_while_cut) if they outlast min_freeze at these NIC shares
-        with no more queued on their switch ports than _queued_on_switches allows; else None."""
-        if not self._outlasts_min_freeze(flows, shares) or self._queued_on_switches(conns):
+        """HPCC: the QPs' cuts (_nic_bound_while_cut) if they outlast min_freeze at these NIC shares;
+        else None. The caller has found no more queued on their switch ports than
+        _queued_on_switches allows (and left the queues it read for the first cut)."""
+        if not self._outlasts_min_freeze(flows, shares):
             return None
         return self._nic_bound_while_cut(flows, conns, shares)
 
