@@ -214,6 +214,43 @@ def test_training_run_writes_iterations_and_tagged_flows(tmp_path):
     assert ring.step.min() == 0 and ring.step.max() == 2 * (2 - 1) - 1  # DP2: 2(N-1) ring steps
 
 
+def test_ns3_headers_come_precompiled():
+    """A child loads ns-3 with cling's precompiled header holding the headers it would parse
+    otherwise, the one file built for these sources, and its classes work through it."""
+    import os
+
+    from bridge.ns3.loader import PYTHON_HEADERS
+    from bridge.ns3.patches import build_pch
+
+    code = ("import os; from bridge.ns3.loader import load; h = load(); "
+            "print(os.environ['CLING_STANDARD_PCH']); print(h.wh.FlowTable.__name__, h.ns.Seconds(2).GetMilliSeconds())")
+    env = {k: v for k, v in os.environ.items() if k not in ("CLING_STANDARD_PCH", "EXTRA_CLING_ARGS")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    pch, classes = proc.stdout.split("\n")[:2]
+    assert pch == str(build_pch([f"ns3/{h}.h" for h in PYTHON_HEADERS] + ["wormhole-patches.h"]))
+    assert Path(pch).stat().st_size > 0 and classes == "FlowTable 2000"
+    code = "import os; from bridge.ns3.loader import load; h = load(); print(os.environ.get('CLING_STANDARD_PCH'))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**env, "WORMHOLE_NO_PCH": "1"}, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "None", proc.stderr[-2000:]
+
+
+def test_unbuildable_pch_warns_and_falls_back(tmp_path, monkeypatch, capsys):
+    from bridge.ns3 import patches
+
+    cling = tmp_path / "cppyy_backend"          # no rootcling in it
+    (cling / "etc/dictpch").mkdir(parents=True)
+    (cling / "include").mkdir()
+    (cling / "etc/dictpch/allCppflags.txt").write_text("-std=c++2a\n")
+    monkeypatch.setattr(patches, "_cling_dir", lambda: cling)
+    monkeypatch.setenv("WORMHOLE_BUILD_CACHE", str(tmp_path / "cache"))
+    assert patches.build_pch(["ns3/nstime.h"]) is None
+    err = capsys.readouterr().err
+    assert err.startswith("wormhole: warning: could not precompile the ns-3 headers") and err.count("\n") == 1
+    assert not list((tmp_path / "cache").rglob("*.pch"))
+
+
 def test_missing_compiler_is_a_clear_error(monkeypatch):
     from bridge.errors import WormholeError
     from bridge.ns3.patches import build_library
