@@ -233,7 +233,8 @@ def test_ns3_headers_come_precompiled():
     code = "import os; from bridge.ns3.loader import load; h = load(); print(os.environ.get('CLING_STANDARD_PCH'))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**env, "WORMHOLE_NO_PCH": "1"}, cwd=ROOT, timeout=600)
-    assert proc.returncode == 0 and proc.stdout.strip() == "None", proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert Path(proc.stdout.strip()).name.startswith("allDict.cxx.pch")   # cppyy's standard one
 
 
 def test_unbuildable_pch_warns_and_falls_back(tmp_path, monkeypatch, capsys):
