@@ -252,6 +252,20 @@ def test_unbuildable_pch_warns_and_falls_back(tmp_path, monkeypatch, capsys):
     assert not list((tmp_path / "cache").rglob("*.pch"))
 
 
+def test_pchs_unused_for_a_week_are_removed(tmp_path):
+    import os
+    import time
+
+    from bridge.ns3.patches import _prune_pchs
+
+    old, recent = tmp_path / "a.pch", tmp_path / "b.pch"
+    for path in (old, recent):
+        path.write_bytes(b"pch")
+    os.utime(old, (time.time() - 8 * 86400,) * 2)
+    _prune_pchs(tmp_path)
+    assert not old.exists() and recent.exists()
+
+
 def test_missing_compiler_is_a_clear_error(monkeypatch):
     from bridge.errors import WormholeError
     from bridge.ns3.patches import build_library

@@ -101,8 +101,10 @@ def build_pch(headers: list[str]) -> Path | None:
         h.update(part.encode())
     target = cache_dir() / "pch" / f"{h.hexdigest()[:16]}.pch"
     if target.exists():
+        os.utime(target)      # in use: kept by _prune_pchs
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    _prune_pchs(target.parent)
     # What cppyy_backend's etc/dictpch/makepch.py runs for its standard PCH, with our headers.
     flags = [ln.strip() for ln in (pkg / "etc/dictpch/allCppflags.txt").read_text().splitlines()
              if ln.strip() and ln.strip() != "-isystem"]
@@ -123,3 +125,15 @@ def build_pch(headers: list[str]) -> Path | None:
             return None
         os.replace(f"{tmp}/allDict_rdict.pch", target)  # atomic, as the library
     return target
+
+
+def _prune_pchs(folder: Path, unused_s: float = 7 * 86400) -> None:
+    """Remove the PCHs no run used for a week (50 MB each, one per version of the sources)."""
+    import time
+
+    for path in folder.glob("*.pch"):
+        try:
+            if time.time() - path.stat().st_mtime > unused_s:
+                path.unlink()
+        except OSError:
+            pass          # another process removed or replaced it
