@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from importlib.metadata import version
 from pathlib import Path
 
@@ -129,8 +130,6 @@ def build_pch(headers: list[str]) -> Path | None:
 
 def _prune_pchs(folder: Path, unused_s: float = 7 * 86400) -> None:
     """Remove the PCHs no run used for a week (50 MB each, one per version of the sources)."""
-    import time
-
     for path in folder.glob("*.pch"):
         try:
             if time.time() - path.stat().st_mtime > unused_s:
