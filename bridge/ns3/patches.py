@@ -102,7 +102,10 @@ def build_pch(headers: list[str]) -> Path | None:
         h.update(part.encode())
     target = cache_dir() / "pch" / f"{h.hexdigest()[:16]}.pch"
     if target.exists():
-        os.utime(target)      # in use: kept by _prune_pchs
+        try:
+            os.utime(target)  # in use: kept by _prune_pchs
+        except OSError:
+            pass              # a read-only cache: nothing prunes it either
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     _prune_pchs(target.parent)
