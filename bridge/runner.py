@@ -108,6 +108,9 @@ def run_child(module: str, payload: dict, out_dir: Path, progress: ProgressFn | 
                 raise SimulationError(f"simulation exceeded the {timeout_s:g} s time limit and was stopped")
             how = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
             raise SimulationError(f"ns-3 child process failed ({how}): {_abort_message(stderr_text)}")
+        for line in stderr_text.splitlines():    # (else a successful child's stderr is dropped)
+            if line.startswith("wormhole: warning:"):
+                print(line, file=sys.stderr)
         # summary.json last: its presence means the whole run is in place (sweeps resume on it).
         for item in sorted(work.iterdir(), key=lambda p: p.name == "summary.json"):
             if not item.name.startswith("."):

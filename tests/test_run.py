@@ -214,6 +214,12 @@ def test_training_run_writes_iterations_and_tagged_flows(tmp_path):
     assert ring.step.min() == 0 and ring.step.max() == 2 * (2 - 1) - 1  # DP2: 2(N-1) ring steps
 
 
+def test_a_successful_childs_warnings_reach_the_user(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests"))
+    assert run_child("warning_child", {}, tmp_path) == {"ok": True}
+    assert capfd.readouterr().err == "wormhole: warning: something the user should know\n"
+
+
 def test_ns3_headers_come_precompiled():
     """A child loads ns-3 with cling's precompiled header holding the headers it would parse
     otherwise, the one file built for these sources, and its classes work through it."""

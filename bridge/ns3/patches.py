@@ -107,9 +107,22 @@ def build_pch(headers: list[str]) -> Path | None:
         except OSError:
             pass              # a read-only cache: nothing prunes it either
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _prune_pchs(target.parent)
-    # What cppyy_backend's etc/dictpch/makepch.py runs for its standard PCH, with our headers.
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _prune_pchs(target.parent)
+        failed = _make_pch(pkg, headers, target)
+    except OSError as e:
+        failed = str(e)
+    if failed:
+        print(f"wormhole: warning: could not precompile the ns-3 headers ({failed[:200]}); "
+              "each run parses them (about 0.8 s more)", file=sys.stderr)
+        return None
+    return target
+
+
+def _make_pch(pkg: Path, headers: list[str], target: Path) -> str | None:
+    """What cppyy_backend's etc/dictpch/makepch.py runs for its standard PCH, with `headers`;
+    returns why it failed, if it did."""
     flags = [ln.strip() for ln in (pkg / "etc/dictpch/allCppflags.txt").read_text().splitlines()
              if ln.strip() and ln.strip() != "-isystem"]
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
@@ -120,15 +133,12 @@ def build_pch(headers: list[str]) -> Path | None:
         env = {**os.environ, "LD_LIBRARY_PATH": f"{pkg / 'lib'}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
         try:
             proc = subprocess.run(cmd, cwd=pkg, env=env, capture_output=True, text=True, timeout=600)
-            failed = proc.returncode != 0 and (proc.stderr.strip().splitlines() or ["no message"])[-1]
-        except (OSError, subprocess.TimeoutExpired) as e:
-            failed = str(e)
-        if failed:
-            print(f"wormhole: warning: could not precompile the ns-3 headers ({failed[:200]}); "
-                  "each run parses them (about 0.8 s more)", file=sys.stderr)
-            return None
+        except subprocess.TimeoutExpired:
+            return "rootcling took over 600 s"
+        if proc.returncode != 0:
+            return (proc.stderr.strip().splitlines() or ["rootcling failed"])[-1]
         os.replace(f"{tmp}/allDict_rdict.pch", target)  # atomic, as the library
-    return target
+    return None
 
 
 def _prune_pchs(folder: Path, unused_s: float = 7 * 86400) -> None:
