@@ -222,23 +222,26 @@ def test_a_successful_childs_warnings_reach_the_user(tmp_path, monkeypatch, capf
 
 def test_ns3_headers_come_precompiled():
     """A child loads ns-3 with cling's precompiled header holding the headers it would parse
-    otherwise, the one file built for these sources, and its classes work through it."""
+    otherwise, the one file built for these sources (not another version's, which its parent
+    process passed on), and its classes work through it."""
     import os
 
     from bridge.ns3.loader import PYTHON_HEADERS
-    from bridge.ns3.patches import build_pch
+    from bridge.ns3.patches import build_pch, pch_dir
 
     code = ("import os; from bridge.ns3.loader import load; h = load(); "
             "print(os.environ['CLING_STANDARD_PCH']); print(h.wh.FlowTable.__name__, h.ns.Seconds(2).GetMilliSeconds())")
     env = {k: v for k, v in os.environ.items() if k not in ("CLING_STANDARD_PCH", "EXTRA_CLING_ARGS")}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    stale = {"CLING_STANDARD_PCH": str(pch_dir() / "0123456789abcdef.pch")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, **stale},
+                          cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     pch, classes = proc.stdout.split("\n")[:2]
     assert pch == str(build_pch([f"ns3/{h}.h" for h in PYTHON_HEADERS] + ["wormhole-patches.h"]))
     assert Path(pch).stat().st_size > 0 and classes == "FlowTable 2000"
     code = "import os; from bridge.ns3.loader import load; h = load(); print(os.environ.get('CLING_STANDARD_PCH'))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**env, "WORMHOLE_NO_PCH": "1"}, cwd=ROOT, timeout=600)
+                          env={**env, **stale, "WORMHOLE_NO_PCH": "1"}, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert Path(proc.stdout.strip()).name.startswith("allDict.cxx.pch")   # cppyy's standard one
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
-from .patches import NS3_MODULES, build_library, build_pch, ns3_prefix
+from .patches import NS3_MODULES, build_library, build_pch, ns3_prefix, pch_dir
 
 # What the Python side touches besides our patches; whole module headers would add ~1 s.
 PYTHON_HEADERS = ["simulator", "config", "global-value", "nstime", "uinteger", "string", "boolean",
@@ -29,13 +30,8 @@ def load() -> SimpleNamespace:
         return _loaded
     t0 = time.perf_counter()
     library = build_library()
-    # cppyy reads CLING_STANDARD_PCH as it starts; one set by the user, or extra cling flags a PCH
-    # must have been built with, are left alone. WORMHOLE_NO_PCH=1: parse the headers instead.
-    if "cppyy" not in sys.modules and not {"CLING_STANDARD_PCH", "EXTRA_CLING_ARGS"} & set(os.environ) \
-            and os.environ.get("WORMHOLE_NO_PCH", "") in ("", "0"):
-        pch = build_pch([f"ns3/{header}.h" for header in PYTHON_HEADERS] + ["wormhole-patches.h"])
-        if pch is not None:
-            os.environ["CLING_STANDARD_PCH"] = str(pch)
+    if "cppyy" not in sys.modules:
+        _choose_pch()
     t_build = time.perf_counter() - t0
     import cppyy
     import libcppyy
@@ -55,6 +51,22 @@ def load() -> SimpleNamespace:
     _loaded = SimpleNamespace(cppyy=cppyy, ns=cppyy.gbl.ns3, wh=cppyy.gbl.wormhole,
                               patch_build_s=t_build, import_s=time.perf_counter() - t0)
     return _loaded
+
+
+def _choose_pch() -> None:
+    """Point cppyy (CLING_STANDARD_PCH, read as it starts) at our precompiled headers. One the
+    user set is left alone; cppyy's standard one or ours, inherited from a parent process that
+    loaded another version of the sources, is not. Extra cling flags, which a PCH must have been
+    built with, or WORMHOLE_NO_PCH=1 leave cppyy its standard one (the headers are parsed)."""
+    current = os.environ.get("CLING_STANDARD_PCH")
+    if current and Path(current).parent != pch_dir() and not Path(current).name.startswith("allDict.cxx.pch"):
+        return
+    os.environ.pop("CLING_STANDARD_PCH", None)
+    if "EXTRA_CLING_ARGS" in os.environ or os.environ.get("WORMHOLE_NO_PCH", "") not in ("", "0"):
+        return
+    pch = build_pch([f"ns3/{header}.h" for header in PYTHON_HEADERS] + ["wormhole-patches.h"])
+    if pch is not None:
+        os.environ["CLING_STANDARD_PCH"] = str(pch)
 
 
 def ns3_version() -> str:

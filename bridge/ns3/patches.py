@@ -37,6 +37,10 @@ def cache_dir() -> Path:
     return Path(root)
 
 
+def pch_dir() -> Path:
+    return cache_dir() / "pch"
+
+
 def sources() -> list[Path]:
     return sorted(SOURCE_DIR.glob("*.cc")) + sorted(SOURCE_DIR.glob("*.h"))
 
@@ -100,7 +104,7 @@ def build_pch(headers: list[str]) -> Path | None:
     for part in (version("cppyy-cling"), str((pkg / "include").stat().st_mtime_ns), *headers,
                  (pkg / "etc/dictpch/allCppflags.txt").read_text()):
         h.update(part.encode())
-    target = cache_dir() / "pch" / f"{h.hexdigest()[:16]}.pch"
+    target = pch_dir() / f"{h.hexdigest()[:16]}.pch"
     if target.exists():
         try:
             os.utime(target)  # in use: kept by _prune_pchs
