@@ -20,6 +20,9 @@ from .patches import NS3_MODULES, build_library, build_pch, ns3_prefix, pch_dir
 PYTHON_HEADERS = ["simulator", "config", "global-value", "nstime", "uinteger", "string", "boolean",
                   "rng-seed-manager"]
 
+# EXTRA_CLING_ARGS as cppyy sets it when unset (cppyy_backend.loader.set_cling_compile_options).
+CPPYY_DEFAULT_ARGS = ("-O2 -march=native", "-O2")
+
 _loaded: SimpleNamespace | None = None
 
 
@@ -56,13 +59,17 @@ def load() -> SimpleNamespace:
 def _choose_pch() -> None:
     """Point cppyy (CLING_STANDARD_PCH, read as it starts) at our precompiled headers. One the
     user set is left alone; cppyy's standard one or ours, inherited from a parent process that
-    loaded another version of the sources, is not. Extra cling flags, which a PCH must have been
-    built with, or WORMHOLE_NO_PCH=1 leave cppyy its standard one (the headers are parsed)."""
+    loaded ns-3 (maybe another version of the sources), is not. Extra cling flags the user set
+    (not cppyy's own defaults, which it sets as it starts and a child inherits), which a PCH must
+    have been built with, or WORMHOLE_NO_PCH=1 leave cppyy its standard one (the headers are
+    parsed)."""
     current = os.environ.get("CLING_STANDARD_PCH")
     if current and Path(current).parent != pch_dir() and not Path(current).name.startswith("allDict.cxx.pch"):
         return
     os.environ.pop("CLING_STANDARD_PCH", None)
-    if "EXTRA_CLING_ARGS" in os.environ or os.environ.get("WORMHOLE_NO_PCH", "") not in ("", "0"):
+    extra = os.environ.get("EXTRA_CLING_ARGS")
+    if extra is not None and extra.strip() not in CPPYY_DEFAULT_ARGS \
+            or os.environ.get("WORMHOLE_NO_PCH", "") not in ("", "0"):
         return
     pch = build_pch([f"ns3/{header}.h" for header in PYTHON_HEADERS] + ["wormhole-patches.h"])
     if pch is not None:
