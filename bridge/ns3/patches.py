@@ -134,7 +134,9 @@ def _make_pch(pkg: Path, headers: list[str], target: Path) -> str | None:
                "-noDictSelection", "-D__CLING__", "-DROOT_PCH", "-I./include", "-I./etc", "-I./etc/dictpch",
                "-I./etc/cling", f"-I{ns3_prefix()}/include", f"-I{SOURCE_DIR}", *DEFINES,
                "-cxxflags", " ".join(flags), "etc/dictpch/allHeaders.h", *headers, "etc/dictpch/allLinkDefs.h"]
-        env = {**os.environ, "LD_LIBRARY_PATH": f"{pkg / 'lib'}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
+        # (not the cling settings a process that loaded ns-3 passes on: the PCH is the same whoever builds it)
+        env = {k: v for k, v in os.environ.items() if k not in ("EXTRA_CLING_ARGS", "CLING_STANDARD_PCH")}
+        env["LD_LIBRARY_PATH"] = f"{pkg / 'lib'}:{os.environ.get('LD_LIBRARY_PATH', '')}"
         try:
             proc = subprocess.run(cmd, cwd=pkg, env=env, capture_output=True, text=True, timeout=600)
         except subprocess.TimeoutExpired:
