@@ -262,6 +262,25 @@ def test_unbuildable_pch_warns_and_falls_back(tmp_path, monkeypatch, capsys):
     assert not list((tmp_path / "cache").rglob("*.pch"))
 
 
+def test_a_pch_cppyy_cannot_start_with_is_not_kept(tmp_path, monkeypatch, capsys):
+    from bridge.ns3 import patches
+
+    cling = tmp_path / "cppyy_backend"          # its rootcling "succeeds" with a corrupt PCH
+    (cling / "etc/dictpch").mkdir(parents=True)
+    (cling / "include").mkdir()
+    (cling / "etc/dictpch/allCppflags.txt").write_text("-std=c++2a\n")
+    (cling / "bin").mkdir()
+    (cling / "bin/rootcling").write_text('#!/bin/sh\nwhile [ "$1" != -f ]; do shift; done\n'
+                                         'echo corrupt > "$(dirname "$2")/allDict_rdict.pch"\n')
+    (cling / "bin/rootcling").chmod(0o755)
+    monkeypatch.setattr(patches, "_cling_dir", lambda: cling)
+    monkeypatch.setenv("WORMHOLE_BUILD_CACHE", str(tmp_path / "cache"))
+    assert patches.build_pch(["ns3/nstime.h"]) is None
+    err = capsys.readouterr().err
+    assert err.startswith("wormhole: warning: could not precompile the ns-3 headers (cppyy could not start with it")
+    assert not list((tmp_path / "cache").rglob("*.pch"))
+
+
 def test_pchs_unused_for_a_week_are_removed(tmp_path):
     import os
     import time

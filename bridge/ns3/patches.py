@@ -143,6 +143,12 @@ def _make_pch(pkg: Path, headers: list[str], target: Path) -> str | None:
             return "rootcling took over 600 s"
         if proc.returncode != 0:
             return (proc.stderr.strip().splitlines() or ["rootcling failed"])[-1]
+        # cling aborts the process on a PCH it cannot read: try this one in a throwaway process.
+        check = subprocess.run([sys.executable, "-c", "import cppyy; cppyy.gbl.ns3.Simulator; cppyy.gbl.wormhole"],
+                               env={**env, "CLING_STANDARD_PCH": f"{tmp}/allDict_rdict.pch"},
+                               capture_output=True, text=True, timeout=600)
+        if check.returncode != 0:
+            return f"cppyy could not start with it (exit code {check.returncode})"
         os.replace(f"{tmp}/allDict_rdict.pch", target)  # atomic, as the library
     return None
 
