@@ -99,7 +99,9 @@ def _run(args: argparse.Namespace) -> int:
         task = bar.add_task(scenario.name, total=None, sim="0 us")
 
         def progress(p: dict) -> None:
-            bar.update(task, total=p["flows"], completed=p["flows_done"], sim=f"{p['sim_ns'] / 1e3:,.1f} us")
+            description = f"{scenario.name}: {p['stage']}" if "stage" in p else scenario.name
+            bar.update(task, description=description, total=p["flows"], completed=p["flows_done"],
+                       sim=f"{p['sim_ns'] / 1e3:,.1f} us")
 
         try:
             result = api.run(scenario, args.out, accel=args.accel, fast_forward=args.ff, memo=args.memo,

@@ -70,18 +70,20 @@ def build_workload(scenario: Scenario, topology: Topology) -> Workload:
 
 
 def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
-             progress: Callable[[int, int, int], None] | None = None,
+             progress: Callable[..., None] | None = None,
              stop_requested: Callable[[], bool] | None = None) -> dict:
     """Run the scenario in this process, write flows.csv, fct.txt, iterations.csv, summary.json
-    (and partitions.csv, the mode timeline, when accelerated). `stop_requested` returning true
-    ends the run where it is (stop_reason "interrupted"); what finished is written."""
+    (and partitions.csv, the mode timeline, when accelerated). progress(sim ns, flows done,
+    flows) as the run goes, with a fourth argument, what is being built, before it starts if
+    anything is (a first run compiles the patches). `stop_requested` returning true ends the run
+    where it is (stop_reason "interrupted"); what finished is written."""
     t0 = time.perf_counter()
     scenario = with_accel_overrides(scenario, options.accel_overrides)
     topology = build_topology(scenario.topology)
     workload = build_workload(scenario, topology)
     seed = scenario.seed if options.seed is None else options.seed
     t_import = time.perf_counter()
-    h = load()
+    h = load(None if progress is None else lambda stage: progress(0, 0, len(workload.flows), stage))
     import_s = time.perf_counter() - t_import
     t_build = time.perf_counter()
     if options.accel:
@@ -242,7 +244,8 @@ def _child(payload: dict, progress: Callable[[dict], None]) -> dict:
                          cache=payload.get("cache"), nudge_ns=payload.get("nudge_ns", 0),
                          jitter_ns=payload.get("jitter_ns", 0), jitter_draw=payload.get("jitter_draw", 0))
     return simulate(scenario, Path(payload["out"]), options,
-                    lambda now, done, total: progress({"sim_ns": now, "flows_done": done, "flows": total}),
+                    lambda now, done, total, stage=None: progress(
+                        {"sim_ns": now, "flows_done": done, "flows": total, **({"stage": stage} if stage else {})}),
                     stop_requested)
 
 

@@ -275,7 +275,9 @@ def test_a_pch_cppyy_cannot_start_with_is_not_kept(tmp_path, monkeypatch, capsys
     (cling / "bin/rootcling").chmod(0o755)
     monkeypatch.setattr(patches, "_cling_dir", lambda: cling)
     monkeypatch.setenv("WORMHOLE_BUILD_CACHE", str(tmp_path / "cache"))
-    assert patches.build_pch(["ns3/nstime.h"]) is None
+    said = []
+    assert patches.build_pch(["ns3/nstime.h"], said.append) is None
+    assert said == ["precompiling the ns-3 headers, once per version of the sources: about 5 s"]
     err = capsys.readouterr().err
     assert err.startswith("wormhole: warning: could not precompile the ns-3 headers (cppyy could not start with it")
     assert not list((tmp_path / "cache").rglob("*.pch"))
@@ -293,6 +295,20 @@ def test_pchs_unused_for_a_week_are_removed(tmp_path):
     os.utime(old, (time.time() - 8 * 86400,) * 2)
     _prune_pchs(tmp_path)
     assert not old.exists() and recent.exists()
+
+
+def test_a_build_is_announced_once(tmp_path, monkeypatch):
+    from bridge.ns3.patches import build_library
+
+    compiler = tmp_path / "fake-g++"       # "compiles" by writing its -o file
+    compiler.write_text('#!/bin/sh\nwhile [ $# -gt 1 ]; do [ "$1" = -o ] && echo lib > "$2"; shift; done\n')
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CXX", str(compiler))
+    monkeypatch.setenv("WORMHOLE_BUILD_CACHE", str(tmp_path / "cache"))
+    said = []
+    first = build_library(said.append)
+    assert build_library(said.append) == first and first.read_text() == "lib\n"
+    assert said == ["compiling ns3_patches, once per version of the sources: about 40 s"]
 
 
 def test_missing_compiler_is_a_clear_error(monkeypatch):

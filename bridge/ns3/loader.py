@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,15 +27,16 @@ CPPYY_DEFAULT_ARGS = ("-O2 -march=native", "-O2")
 _loaded: SimpleNamespace | None = None
 
 
-def load() -> SimpleNamespace:
-    """Import ns-3 once per process; returns handles `ns` (ns3::) and `wh` (wormhole::)."""
+def load(announce: Callable[[str], None] | None = None) -> SimpleNamespace:
+    """Import ns-3 once per process; returns handles `ns` (ns3::) and `wh` (wormhole::).
+    `announce` is told what is built first, if anything (the patches, the precompiled headers)."""
     global _loaded
     if _loaded is not None:
         return _loaded
     t0 = time.perf_counter()
-    library = build_library()
+    library = build_library(announce)
     if "cppyy" not in sys.modules:
-        _choose_pch()
+        _choose_pch(announce)
     t_build = time.perf_counter() - t0
     import cppyy
     import libcppyy
@@ -56,7 +58,7 @@ def load() -> SimpleNamespace:
     return _loaded
 
 
-def _choose_pch() -> None:
+def _choose_pch(announce: Callable[[str], None] | None) -> None:
     """Point cppyy (CLING_STANDARD_PCH, read as it starts) at our precompiled headers. One the
     user set is left alone; cppyy's standard one or ours, inherited from a parent process that
     loaded ns-3 (maybe another version of the sources), is not. Extra cling flags the user set
@@ -71,7 +73,7 @@ def _choose_pch() -> None:
     if extra is not None and extra.strip() not in CPPYY_DEFAULT_ARGS \
             or os.environ.get("WORMHOLE_NO_PCH", "") not in ("", "0"):
         return
-    pch = build_pch([f"ns3/{header}.h" for header in PYTHON_HEADERS] + ["wormhole-patches.h"])
+    pch = build_pch([f"ns3/{header}.h" for header in PYTHON_HEADERS] + ["wormhole-patches.h"], announce)
     if pch is not None:
         os.environ["CLING_STANDARD_PCH"] = str(pch)
 

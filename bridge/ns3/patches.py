@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
@@ -64,13 +65,16 @@ def _digest(cxx: str, prefix: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def build_library() -> Path:
-    """Return the path of the compiled patch library, building it if the sources changed."""
+def build_library(announce: Callable[[str], None] | None = None) -> Path:
+    """Return the path of the compiled patch library, building it if the sources changed (after
+    `announce` says so)."""
     prefix = ns3_prefix()
     cxx = _compiler()
     target = cache_dir() / _digest(cxx, prefix) / "libwormhole-patches.so"
     if target.exists():
         return target
+    if announce is not None:
+        announce("compiling ns3_patches, once per version of the sources: about 40 s")
     target.parent.mkdir(parents=True, exist_ok=True)
     libs = [f"-lns3.44-{m}" for m in NS3_MODULES]
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
@@ -92,12 +96,12 @@ def _cling_dir() -> Path:
     return Path(importlib.util.find_spec("cppyy_backend").origin).parent
 
 
-def build_pch(headers: list[str]) -> Path | None:
+def build_pch(headers: list[str], announce: Callable[[str], None] | None = None) -> Path | None:
     """Return cling's precompiled header (cppyy's standard one: its C++ standard library and
-    runtime) with `headers` added, building it if they or the patches changed; None, with a
-    warning, if it cannot be built (the headers are then parsed at each start). Parsing them took
-    0.8 of the 1.2 s each simulation's child process spent loading ns-3; the PCH takes 5 s to
-    build."""
+    runtime) with `headers` added, building it if they or the patches changed (after `announce`
+    says so); None, with a warning, if it cannot be built (the headers are then parsed at each
+    start). Parsing them took 0.8 of the 1.2 s each simulation's child process spent loading
+    ns-3; the PCH takes 5 s to build."""
     pkg = _cling_dir()
     h = hashlib.sha256(_digest(_compiler(), ns3_prefix()).encode())
     # (cppyy rebuilds a PCH older than its include folder, as the standard one: without ours)
@@ -111,6 +115,8 @@ def build_pch(headers: list[str]) -> Path | None:
         except OSError:
             pass              # a read-only cache: nothing prunes it either
         return target
+    if announce is not None:
+        announce("precompiling the ns-3 headers, once per version of the sources: about 5 s")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         _prune_pchs(target.parent)
