@@ -172,8 +172,8 @@ def _validate(args: argparse.Namespace) -> int:
             if p is None:
                 tasks[name] = bar.add_task(name, total=None, sim="0 us")
             else:
-                bar.update(tasks[name], total=p["flows"], completed=p["flows_done"],
-                           sim=f"{p['sim_ns'] / 1e3:,.1f} us")
+                bar.update(tasks[name], description=f"{name}: {p['stage']}" if "stage" in p else name,
+                           total=p["flows"], completed=p["flows_done"], sim=f"{p['sim_ns'] / 1e3:,.1f} us")
 
         result = validate(scenario, args.out, seed=args.seed, noise_floor=args.noise_floor,
                           nudge_floor=args.nudge_floor, jitter_floor_ns=args.jitter_floor,
