@@ -58,9 +58,10 @@ def _digest(cxx: str, prefix: Path) -> str:
     for path in sources():
         h.update(path.name.encode())
         h.update(path.read_bytes())
-    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
-    h.update(version.encode())
-    h.update(str(prefix).encode())
+    compiler = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    h.update(compiler.encode())
+    # (the wheel's version too: an upgrade in place keeps the prefix and changes the headers)
+    h.update(f"{prefix} ns3 {version('ns3')}".encode())
     h.update(" ".join(DEFINES).encode())
     return h.hexdigest()[:16]
 
