@@ -247,15 +247,26 @@ def test_ns3_headers_come_precompiled():
     assert Path(proc.stdout.strip()).name.startswith("allDict.cxx.pch")   # cppyy's standard one
 
 
-def test_unbuildable_pch_warns_and_falls_back(tmp_path, monkeypatch, capsys):
+def _fake_cling(tmp_path, monkeypatch, rootcling: str | None = None):
+    """build_pch's view of cppyy_backend replaced by a folder with this rootcling script (or none),
+    and its cache by an empty one."""
     from bridge.ns3 import patches
 
-    cling = tmp_path / "cppyy_backend"          # no rootcling in it
+    cling = tmp_path / "cppyy_backend"
     (cling / "etc/dictpch").mkdir(parents=True)
     (cling / "include").mkdir()
     (cling / "etc/dictpch/allCppflags.txt").write_text("-std=c++2a\n")
+    if rootcling is not None:
+        (cling / "bin").mkdir()
+        (cling / "bin/rootcling").write_text(rootcling)
+        (cling / "bin/rootcling").chmod(0o755)
     monkeypatch.setattr(patches, "_cling_dir", lambda: cling)
     monkeypatch.setenv("WORMHOLE_BUILD_CACHE", str(tmp_path / "cache"))
+    return patches
+
+
+def test_unbuildable_pch_warns_and_falls_back(tmp_path, monkeypatch, capsys):
+    patches = _fake_cling(tmp_path, monkeypatch)            # no rootcling
     assert patches.build_pch(["ns3/nstime.h"]) is None
     err = capsys.readouterr().err
     assert err.startswith("wormhole: warning: could not precompile the ns-3 headers") and err.count("\n") == 1
@@ -263,18 +274,9 @@ def test_unbuildable_pch_warns_and_falls_back(tmp_path, monkeypatch, capsys):
 
 
 def test_a_pch_cppyy_cannot_start_with_is_not_kept(tmp_path, monkeypatch, capsys):
-    from bridge.ns3 import patches
-
-    cling = tmp_path / "cppyy_backend"          # its rootcling "succeeds" with a corrupt PCH
-    (cling / "etc/dictpch").mkdir(parents=True)
-    (cling / "include").mkdir()
-    (cling / "etc/dictpch/allCppflags.txt").write_text("-std=c++2a\n")
-    (cling / "bin").mkdir()
-    (cling / "bin/rootcling").write_text('#!/bin/sh\nwhile [ "$1" != -f ]; do shift; done\n'
-                                         'echo corrupt > "$(dirname "$2")/allDict_rdict.pch"\n')
-    (cling / "bin/rootcling").chmod(0o755)
-    monkeypatch.setattr(patches, "_cling_dir", lambda: cling)
-    monkeypatch.setenv("WORMHOLE_BUILD_CACHE", str(tmp_path / "cache"))
+    # rootcling "succeeds" with a corrupt PCH
+    patches = _fake_cling(tmp_path, monkeypatch, '#!/bin/sh\nwhile [ "$1" != -f ]; do shift; done\n'
+                                                 'echo corrupt > "$(dirname "$2")/allDict_rdict.pch"\n')
     said = []
     assert patches.build_pch(["ns3/nstime.h"], said.append) is None
     assert said == ["precompiling the ns-3 headers, once per version of the sources: about 5 s"]
