@@ -95,7 +95,7 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
     ff = None
     unsettled = unsettled_reason(scenario) if options.accel and options.fast_forward else None
     if unsettled:
-        print(f"warning: {unsettled}; the engine runs without freezing (as --no-ff)", file=sys.stderr)
+        print(f"wormhole: warning: {unsettled}; the engine runs without freezing (as --no-ff)", file=sys.stderr)
         options = dataclasses.replace(options, fast_forward=False)
     if options.accel:
         memo = open_memo(scenario, options.cache) if options.memo and options.fast_forward else None
@@ -228,7 +228,7 @@ def open_memo(scenario: Scenario, path: str | Path | None = None) -> Memo:
                 "versions": {"wormhole": __version__, "ns3": ns3_version(), "record_model": RECORD_MODEL}}
     try:
         return Memo(open_store(path), fingerprint(settings), f"wormhole-sim {__version__} / ns-3 {ns3_version()}",
-                    warn=lambda message: print(f"warning: {message}", file=sys.stderr))
+                    warn=lambda message: print(f"wormhole: warning: {message}", file=sys.stderr))
     except CacheError as e:
         raise CacheFileError(str(e)) from None
 

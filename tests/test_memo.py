@@ -243,7 +243,7 @@ def test_changed_link_delay_misses_and_changed_ecn_is_another_namespace(runs, tm
     assert ecn["records_loaded"] == 0 and ecn["records_written"] == 1
 
 
-def test_damaged_store_warns_and_keeps_the_good_records(runs, tmp_path):
+def test_damaged_store_warns_and_keeps_the_good_records(runs, tmp_path, capfd):
     damaged = tmp_path / "damaged.whdb"
     data = bytearray(runs["cache"].read_bytes())
     store = MemoStore(damaged)
@@ -255,6 +255,7 @@ def test_damaged_store_warns_and_keeps_the_good_records(runs, tmp_path):
     memo = api.run(TINY_MEMO, tmp_path / "run", accel=True, cache=damaged).summary["accel"]["memo"]
     assert memo["records_loaded"] == 1 and memo["hits"] == 3 and len(memo["warnings"]) == 1
     assert str(damaged) in memo["warnings"][0]
+    assert capfd.readouterr().err == f"wormhole: warning: {memo['warnings'][0]}\n"   # the user sees it too
     assert main(["cache", "verify", "--cache", str(damaged)]) == 1
 
 

@@ -414,7 +414,7 @@ def test_a_frozen_partition_keeps_its_buffer_share_at_the_switch(h):
 
 @pytest.mark.parametrize("cc, parameters, why", [("timely", {"HAS_WIN": 0}, "TIMELY's rates"),
                                                 ("hpcc-pint", {}, "HPCC-PINT's quantized")])
-def test_timely_and_pint_are_not_frozen(tmp_path, cc, parameters, why):
+def test_timely_and_pint_are_not_frozen(tmp_path, capfd, cc, parameters, why):
     """TIMELY's rates sit at a floor or drift for milliseconds while they pass the steady test
     (frozen so, tiny-memo-rdma's incasts without a window came out 37 % early, incast16's 25x
     late); under HPCC-PINT the flows' shares of a bottleneck wander while their sum is steady
@@ -428,6 +428,8 @@ def test_timely_and_pint_are_not_frozen(tmp_path, cc, parameters, why):
     accel = api.run(path, tmp_path / "accel", accel=True, cache=tmp_path / "m.whdb")
     assert accel.summary["mode"] == "accel-no-ff" and accel.summary["accel"]["freezes"] == 0
     assert why in accel.summary["accel"]["not_frozen_because"]
+    err = capfd.readouterr().err
+    assert err.startswith("wormhole: warning: ") and why in err and "without freezing" in err
     assert accel.flows.end_ns.tolist() == stock.flows.end_ns.tolist()
 
 
