@@ -168,7 +168,6 @@ class TagSimulatorImpl : public ns3::SimulatorImpl
         bool absolute;
     };
 
-    /// A port's transmission parameters, to check the events its PhyTxBegin announces.
     /// A frame's TransmitComplete and Receive delays by its size (timesteps).
     struct FrameDelays
     {
@@ -177,6 +176,7 @@ class TagSimulatorImpl : public ns3::SimulatorImpl
         int64_t rx = 0;
     };
 
+    /// A port's transmission parameters, to check the events its PhyTxBegin announces.
     struct Port
     {
         uint32_t rxNode;
