@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from checkouts import ROOT, checkout, scenario_path
 
 # Run in a child with the code root first on sys.path: times RunUntil around the engine.
 _CHILD = r"""
@@ -56,11 +56,6 @@ print("@split " + json.dumps({"loop_s": summary["wall_s"]["loop"], "ns3_s": spen
 """
 
 
-def _scenario_path(name: str) -> Path:
-    path = Path(name)
-    return path if path.exists() else ROOT / "scenarios" / f"{name}.yaml"
-
-
 def _run(root: Path, scenario: Path, store_in: Path | None, out: Path) -> dict:
     if out.exists():
         shutil.rmtree(out)
@@ -75,15 +70,6 @@ def _run(root: Path, scenario: Path, store_in: Path | None, out: Path) -> dict:
     return split
 
 
-def _checkout(ref: str, where: Path) -> Path:
-    if where.exists():
-        shutil.rmtree(where)
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], check=True)
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(where), ref],
-                   check=True, capture_output=True)
-    return where
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenarios", nargs="+")
@@ -94,10 +80,10 @@ def main() -> None:
     args.out = args.out.resolve()
     codes = {"this": ROOT}
     if args.base:
-        codes = {"base": _checkout(args.base, args.out / "base"), **codes}
+        codes = {"base": checkout(args.base, args.out / "base"), **codes}
     results = {}
     for name in args.scenarios:
-        scenario = _scenario_path(name)
+        scenario = scenario_path(name)
         runs = {(code, mode): [] for code in codes for mode in ("cold", "warm")}
         for rnd in range(args.rounds):
             for code, root in codes.items():

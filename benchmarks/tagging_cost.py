@@ -25,12 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _scenario_path(name: str) -> Path:
-    path = Path(name)
-    return path if path.exists() else ROOT / "scenarios" / f"{name}.yaml"
+from checkouts import ROOT, checkout, scenario_path
 
 
 def _instructions(root: Path, scenario: Path, out: Path, tagged: bool) -> dict:
@@ -69,16 +64,10 @@ def main() -> None:
     args.out = args.out.resolve()
     codes = {"this": ROOT}
     if args.base:
-        base = args.out / "base"
-        if base.exists():
-            shutil.rmtree(base)
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], check=True)
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(base), args.base],
-                       check=True, capture_output=True)
-        codes = {"base": base, **codes}
+        codes = {"base": checkout(args.base, args.out / "base"), **codes}
     results = {}
     for name in args.scenarios:
-        scenario = _scenario_path(name)
+        scenario = scenario_path(name)
         runs = {"stock": _instructions(ROOT, scenario, args.out / scenario.stem / "stock", tagged=False)}
         for code, root in codes.items():
             runs[f"tagged-{code}"] = _instructions(root, scenario, args.out / scenario.stem / code, tagged=True)
