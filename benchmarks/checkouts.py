@@ -24,3 +24,9 @@ def checkout(ref: str, where: Path) -> Path:
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(where), ref],
                    check=True, capture_output=True)
     return where
+
+
+def code_roots(base: str | None, out: Path) -> dict[str, Path]:
+    """The code to measure, by name: this checkout ("this"), after commit `base` checked out into
+    out/base ("base") if one is given."""
+    return {"this": ROOT} if base is None else {"base": checkout(base, out / "base"), "this": ROOT}

@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from checkouts import ROOT, checkout, scenario_path
+from checkouts import code_roots, scenario_path
 
 # Run in a child with the code root first on sys.path: times RunUntil around the engine.
 _CHILD = r"""
@@ -78,9 +78,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     args.out = args.out.resolve()
-    codes = {"this": ROOT}
-    if args.base:
-        codes = {"base": checkout(args.base, args.out / "base"), **codes}
+    codes = code_roots(args.base, args.out)
     results = {}
     for name in args.scenarios:
         scenario = scenario_path(name)

@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from checkouts import ROOT, checkout, scenario_path
+from checkouts import ROOT, code_roots, scenario_path
 
 
 def _instructions(root: Path, scenario: Path, out: Path, tagged: bool) -> dict:
@@ -62,9 +62,7 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         sys.exit("error: valgrind not found (apt install valgrind)")
     args.out = args.out.resolve()
-    codes = {"this": ROOT}
-    if args.base:
-        codes = {"base": checkout(args.base, args.out / "base"), **codes}
+    codes = code_roots(args.base, args.out)
     results = {}
     for name in args.scenarios:
         scenario = scenario_path(name)
