@@ -28,7 +28,8 @@ from pathlib import Path
 
 from checkouts import code_roots, scenario_path
 
-# Run in a child with the code root first on sys.path: times RunUntil around the engine.
+# Run in a child with the code root first on sys.path: times RunUntil around the engine (the
+# executor's call to it: through cppyy in older checkouts, through bridge.ns3.engine_api now).
 _CHILD = r"""
 import json, shutil, sys, time
 root, scenario, store_in, out = sys.argv[1:5]
@@ -43,13 +44,25 @@ store = out / "memo.whdb"
 if store_in != "-" and Path(store_in).exists():  # (a cold run that recorded nothing left no store)
     shutil.copy(store_in, store)
 h = load()
-run_until, spent = h.wh.RunUntil, [0.0]
-def timed(t):
-    t0 = time.perf_counter()
-    now = run_until(t)
-    spent[0] += time.perf_counter() - t0
-    return now
-h.wh.RunUntil = timed
+spent = [0.0]
+def timed(run_until):
+    def run(t):
+        t0 = time.perf_counter()
+        now = run_until(t)
+        spent[0] += time.perf_counter() - t0
+        return now
+    return run
+h.wh.RunUntil = timed(h.wh.RunUntil)        # the loop's call through cppyy (older checkouts)
+try:                                        # ... or through ctypes
+    from bridge.ns3 import engine_api
+except ImportError:
+    engine_api = None
+if engine_api is not None:
+    init = engine_api.EngineApi.__init__
+    def timed_init(self, *args):
+        init(self, *args)
+        self.run_until = timed(self.run_until)
+    engine_api.EngineApi.__init__ = timed_init
 summary = simulate(load_scenario(scenario), out, RunOptions(accel=True, cache=str(store)))
 print("@split " + json.dumps({"loop_s": summary["wall_s"]["loop"], "ns3_s": spent[0],
                               "control_s": summary["accel"]["control_wall_s"], "events": summary["events"]}))

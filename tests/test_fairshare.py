@@ -9,10 +9,11 @@ from hypothesis import strategies as st
 from bridge.engine.fairshare import AckedShares
 
 
-def _wh():
-    from bridge.ns3.loader import load   # the filling runs in our C++ patches
+def _lib():
+    from bridge.ns3.engine_api import library   # the filling runs in our C++ patches
+    from bridge.ns3.loader import load
 
-    return load().wh
+    return library(load().library)
 
 
 def _edges(ports: list) -> tuple[np.ndarray, np.ndarray]:
@@ -29,7 +30,7 @@ def max_min_rates(paths: dict[int, frozenset[int]], capacity: dict[int, float],
     edges = _edges([sorted(paths[f]) for f in flows])
     frame_ns = np.array([1 / capacity[p] if p in capacity else 1.0 for p in range(16)])
     none = (np.zeros(0, dtype=np.int64),) * 2
-    model = AckedShares(_wh(), edges, none, np.array([caps[f] for f in flows]), frame_ns, np.ones(16), 1, 1)
+    model = AckedShares(_lib(), edges, none, np.array([caps[f] for f in flows]), frame_ns, np.ones(16), 1, 1)
     return dict(zip(flows, model.shares(np.zeros(len(flows))).tolist()))
 
 
@@ -82,7 +83,7 @@ def _acked(paths: dict[int, tuple[list[int], list[int]]], n_ports: int) -> Acked
     1000 bytes and 1-ns ACK frames, an ACK per 1000 bytes, each flow capped at 90 bytes per ns."""
     flows = sorted(paths)
     edges = [_edges([paths[f][side] for f in flows]) for side in (0, 1)]
-    return AckedShares(_wh(), edges[0], edges[1], np.full(len(flows), 90.0), np.full(n_ports, 10.0),
+    return AckedShares(_lib(), edges[0], edges[1], np.full(len(flows), 90.0), np.full(n_ports, 10.0),
                        np.full(n_ports, 1.0), 1000, 1000)
 
 

@@ -30,7 +30,7 @@ class ComputedEnds:
 
     def _left(self, flow: int) -> int:
         """Bytes of `flow` still to deliver (its unsent bytes and those in flight)."""
-        return self.flow_sizes[flow] - int(self.table.GetDelivered(flow)) - int(self.table.GetSkipped(flow))
+        return self.flow_sizes[flow] - self.table.GetDelivered(flow) - self.table.GetSkipped(flow)
 
     def _plan_end(self, frozen: Frozen, flow: int) -> None:
         """Its computed end, and when to check it may stay computed: while it still has `margin`
@@ -303,7 +303,7 @@ class ComputedEnds:
         # started, later by half a data frame at each link of its ACK path that others' data keeps
         # busy (it waits for the frame on the wire); at its steady rate through the ACKs' arrivals,
         # its deliveries start one ACK's bytes before the first.
-        started = int(self.table.GetStartNs(successor))
+        started = self.table.GetStartNs(successor)
         waits = self._ack_waits(frozen, flow, conn)
         first = self.lag_ns[conn] + waits - self.net.acked_per_ack / frozen.rate_at(flow, now)
         # It inherits the predecessor's rate and its changes to come, with its gains.

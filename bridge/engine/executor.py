@@ -58,7 +58,8 @@ class Executor:
         self.jitter_ns = jitter_ns   # each flow released starts 0..jitter_ns later (drawn from jitter_seed)
         self.jitter = np.random.default_rng(list(jitter_seed)) if jitter_ns else None
         self.net = net
-        self.table = net.flows.GetTable()
+        self.api = net.engine        # the loop's calls into ns-3 (bridge.ns3.engine_api)
+        self.table = self.api.table
         self.ff = fast_forward
         if fast_forward is not None:
             fast_forward.known_starts = self.known_starts
@@ -99,14 +100,14 @@ class Executor:
         if not pairs:
             return
         for pair in pairs:
-            self.connections[pair] = int(self.net.flows.OpenConnection(*pair))
-        senders = [self.net.flows.GetSender(c) for c in self.connections.values()]
+            self.connections[pair] = self.api.flows.OpenConnection(*pair)
+        senders = [self.api.flows.GetSender(c) for c in self.connections.values()]
         step = 1_000  # 1 us: handshakes take a few RTTs
         while not all(s.IsConnected() for s in senders):
             now = self.net.now_ns()
             if now >= self.stop_time_ns:
                 raise RuntimeError("connections were not established before stop_time")
-            self.net.h.wh.RunUntil(now + step)
+            self.api.run_until(now + step)
 
     # -- task life cycle --------------------------------------------------------------------
 
@@ -128,7 +129,7 @@ class Executor:
         if task.reuse_connection:
             conn = self.connections[(task.src, task.dst)]
         else:
-            conn = int(self.net.flows.OpenConnection(task.src, task.dst))
+            conn = self.api.flows.OpenConnection(task.src, task.dst)
             self.own_connection.add(task_id)
         self.connection_of[task_id] = conn
         queue = self.unfinished_on.setdefault(conn, deque())
@@ -138,10 +139,7 @@ class Executor:
             self.head_ns[task_id] = now
         # A flow an episode replay expected starts inside its frozen partition, its QP held.
         held = heads and self.ff is not None and self.ff.absorbs(self.flow_index[task_id], conn, now)
-        if held:
-            self.net.flows.StartFlow(self.flow_index[task_id], conn, task.size, False)
-        else:
-            self.net.flows.StartFlow(self.flow_index[task_id], conn, task.size)
+        self.api.flows.StartFlow(self.flow_index[task_id], conn, task.size, kick=not held)
         if self.ff is not None:
             if heads:
                 self.ff.flow_started(self.flow_index[task_id], conn, (task.src, task.dst), now)
@@ -207,12 +205,11 @@ class Executor:
         table = self.table
         by_index = self.flows
         while True:
-            n = int(table.PopCompleted(self._completed_buf, len(self._completed_buf)))
-            for idx in self._completed_buf[:n]:
-                idx = int(idx)
+            n = table.PopCompleted(self._completed_buf, len(self._completed_buf))
+            for idx in self._completed_buf[:n].tolist():
                 task_id = by_index[idx].id
                 if self.end_ns[task_id] < 0:   # else its end was computed inside a frozen partition
-                    self._flow_completed(task_id, int(table.GetEndNs(idx)))
+                    self._flow_completed(task_id, table.GetEndNs(idx))
             if n < len(self._completed_buf):
                 break
         if self.ff is not None:
@@ -241,7 +238,7 @@ class Executor:
         for t in self.workload.tasks:
             if not t.deps:
                 self._release(t.id, workload_start)
-        run_until = self.net.h.wh.RunUntil
+        run_until = self.api.run_until
         last_report = 0.0
         stop_reason = "done"
         now = workload_start
@@ -263,7 +260,7 @@ class Executor:
             if self.stop_requested is not None and self.stop_requested():
                 stop_reason = "interrupted"
                 break
-            now = int(run_until(int(next_ns)))
+            now = run_until(int(next_ns))
             if self.ff is not None:
                 self.ff.slice_ran()
             self._collect_completed_flows(now)
@@ -284,7 +281,7 @@ class Executor:
         table = self.table
         skipped = np.zeros(self.n, dtype=np.int64)
         for task, idx in self.flow_index.items():
-            skipped[task] = int(table.GetSkipped(idx))
+            skipped[task] = table.GetSkipped(idx)
         finished = self.end_ns[self.end_ns >= 0]
         sim_time = int(finished.max()) if finished.size else self.net.now_ns()
         return Execution(

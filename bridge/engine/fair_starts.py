@@ -111,7 +111,7 @@ class FairStarts:
             if hosts_only:
                 ports = [a[self.host_port[a]] for a in ports]
             edges.append((np.repeat(np.arange(len(conns)), [len(a) for a in ports]), np.concatenate(ports)))
-        return AckedShares(net.h.wh, edges[0], edges[1], self._caps(conns), frame_ns, ack_ns,
+        return AckedShares(net.engine.lib, edges[0], edges[1], self._caps(conns), frame_ns, ack_ns,
                            net.payload_bytes, net.acked_per_ack)
 
     def _caps(self, conns: list[int]) -> np.ndarray:
@@ -192,7 +192,7 @@ class FairStarts:
         _nic_bound_while_cut), and a flow's own count in its bytes in flight at the freeze;
         others' (a completed flow's last frames) hold it up by their drain time, which the model
         leaves out. (Leaves the queues read in _queue_buf.)"""
-        self.net.builder.ReadQueueBytes(self._queue_buf)
+        self.api.ReadQueueBytes(self._queue_buf)
         data = np.concatenate([self.port_arrays[c][0] for c in conns])
         switch = data[~self.host_port[data]]
         return bool(np.any(self._queue_buf[switch] > self._queue_bound[switch]))

@@ -15,23 +15,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ns3.engine_api import FairSharesKernel
+
 
 class AckedShares:
     """The fair shares of a set of flows. `data` and `acks` are (flow, port) edges of the flows'
     data and ACK paths (flows numbered from 0), `caps` the most each flow can send (payload bytes
     per ns); per port, `frame_ns` is the ns a data frame of `payload` bytes takes and
-    `ack_frame_ns` an ACK frame's, which acknowledges `acked_per_ack` payload bytes. `wh` is the
-    loaded C++ namespace (bridge.ns3.loader)."""
+    `ack_frame_ns` an ACK frame's, which acknowledges `acked_per_ack` payload bytes. `lib` is the
+    patch library (bridge.ns3.engine_api.library)."""
 
-    def __init__(self, wh, data: tuple[np.ndarray, np.ndarray], acks: tuple[np.ndarray, np.ndarray],
+    def __init__(self, lib, data: tuple[np.ndarray, np.ndarray], acks: tuple[np.ndarray, np.ndarray],
                  caps: np.ndarray, frame_ns: np.ndarray, ack_frame_ns: np.ndarray, payload: float,
                  acked_per_ack: float):
         ints = [_buffer(a, np.int64) for a in (*data, *acks)]
         self.n_flows = len(caps)
-        self._kernel = wh.FairShares(ints[0], ints[1], len(data[0]), ints[2], ints[3], len(acks[0]),
-                                     _buffer(caps, np.float64), len(caps), _buffer(frame_ns, np.float64),
-                                     _buffer(ack_frame_ns, np.float64), len(frame_ns),
-                                     float(payload), float(acked_per_ack))
+        self._kernel = FairSharesKernel(lib, *ints, _buffer(caps, np.float64), _buffer(frame_ns, np.float64),
+                                        _buffer(ack_frame_ns, np.float64), len(data[0]), len(acks[0]),
+                                        len(caps), len(frame_ns), float(payload), float(acked_per_ack))
 
     def shares(self, rates: np.ndarray, without: int | None = None) -> np.ndarray:
         """The shares starting from `rates`; flow `without` sends nothing (neither data nor ACKs)."""
@@ -42,7 +43,5 @@ class AckedShares:
 
 
 def _buffer(values: np.ndarray, dtype) -> np.ndarray:
-    """A contiguous array to pass as a C++ pointer; cppyy takes no empty buffer (the length goes
-    alongside)."""
-    values = np.ascontiguousarray(values, dtype=dtype)
-    return values if len(values) else np.zeros(1, dtype=dtype)
+    """A contiguous array of `dtype`, to pass as a C++ pointer."""
+    return np.ascontiguousarray(values, dtype=dtype)

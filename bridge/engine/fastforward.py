@@ -71,11 +71,11 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
         # Truncated records on RDMA only: on TCP gpt-bench, hits on them made the pipeline flows
         # 14-20 % late (FCT error 4.6 -> 10.2 %); why is not understood yet.
         self.truncated_records = net.rdma
-        wh = net.h.wh
-        self.sim = wh.TagSimulatorImpl.Get()
-        if not self.sim:
+        self.api = net.engine              # the loop's calls into ns-3 (bridge.ns3.engine_api)
+        self.sim = self.api.simulator()
+        if self.sim is None:
             raise RuntimeError("the partition-tag simulator is not active")
-        self.sim.AttachPorts(net.builder)
+        self.sim.AttachPorts(self.api.ports)
         self.ledger = (EventLedger(self.sim, net.n_ports, flow_kinds or ["flow"] * len(flow_sizes))
                        if spec.explain_events else None)
         # Steady at the sample period, or over blocks of `coarse` samples: a fine scale catches
@@ -85,13 +85,13 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
         # iteration error 0.91 % -> 0.04 %, for 77x -> 66x fewer events than stock): coarse only.
         self.scales = [spec.coarse] if net.utilization_cc else sorted({1, spec.coarse})
         self.capacity = spec.window * spec.coarse + 2
-        self.table = net.flows.GetTable()   # the flow manager's own: one cppyy call, not one per use
-        self.probe = wh.RateProbe(self.table, net.builder, self.capacity)
+        self.table = self.api.table
         self.probing = False  # sampling starts with the first flow (workloads may start late)
         self.times = np.zeros(self.capacity, dtype=np.int64)
         self.delivered = np.zeros((self.capacity, n_flows), dtype=np.uint64)
         self.arrived = np.zeros((self.capacity, n_flows), dtype=np.int64)  # when the latest of them came
         self.queues = np.zeros((self.capacity, net.n_ports), dtype=np.uint32)
+        self.probe = self.api.rate_probe(self.times, self.delivered, self.arrived, self.queues)
         self.parts = Partitions()
         self.state: dict[int, PartitionState] = {}
         self.conn_of: dict[int, int] = {}
@@ -215,7 +215,7 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
         path = self.paths.get(conn)
         if path is not None:
             return path
-        n = int(self.net.flows.GetConnectionPath(conn, self._path_buf, len(self._path_buf)))
+        n = self.api.flows.GetConnectionPath(conn, self._path_buf, len(self._path_buf))
         ordered = self._path_buf[:n].tolist()
         # A packet's arrival is an event tagged with the receiving side's port (the reverse
         # port of its link), so a partition holds both ports of every link its flows cross:
@@ -403,7 +403,7 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
 
     def tagging_errors(self) -> int:
         """Events the simulator could not attribute or held wrongly (must stay 0 for exact freezes)."""
-        return int(self.sim.GetErrorTotal())
+        return self.sim.GetErrorTotal()
 
     def finish(self, now: int) -> None:
         for pid, st in list(self.state.items()):
@@ -429,7 +429,7 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
 
     def _read_probe(self) -> int:
         """Copy the probe's samples into times/delivered/arrived/queues; returns how many."""
-        self.n_read = int(self.probe.Read(self.times, self.delivered, self.arrived, self.queues, self.capacity))
+        self.n_read = self.probe.Read()
         return self.n_read
 
     def _window_rates(self, n: int, flows: list[int], scale: int) -> np.ndarray:
@@ -471,7 +471,7 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
 
     def _freeze(self, part: Partition, st: PartitionState, frozen: Frozen, now: int) -> None:
         tags = np.array(part.tags(self.net.n_ports), dtype=np.uint32)
-        frozen.group = int(self.sim.Freeze(tags, len(tags)))
+        frozen.group = self.sim.Freeze(tags, len(tags))
         self._abandon_episodes([part.id])
         for flow in part.flows:               # the model ends it now (an episode left it few bytes)
             self.pending_ends.pop(flow, None)
@@ -538,7 +538,7 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
                 owed += round((frozen.rate_at(flows[-1], now) - frozen.rates[flows[0]]) * self.lag_ns[conn])
             owed = max(0, owed)           # (a flow that joined as the thaw came: 0, give or take rounding)
             for flow in flows:
-                skipped = int(self.net.flows.SkipFlow(flow, conn, owed))
+                skipped = self.api.flows.SkipFlow(flow, conn, owed)
                 owed -= skipped
                 self.stats.bytes_skipped += skipped
                 if (episode and not shed and flow not in frozen.done
@@ -555,7 +555,7 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
                     # end, while its last ones would be nearer.
                     self.pending_ends[flow] = frozen.ends[flow]
         for conn in sorted(frozen.held):
-            self.net.flows.Resume(conn)            # what it has left to send, it sends now
+            self.api.flows.Resume(conn)            # what it has left to send, it sends now
         if self._held_at_link_shares(frozen):
             self._pace_cut_qps(frozen, now)
         elif frozen.pacing_cuts:
@@ -593,14 +593,14 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
             self._drop_completed(pid, sorted(frozen.done), now)
 
     def _sender(self, conn: int):
-        """The connection's sender (fetched once: a cppyy call costs microseconds)."""
+        """The connection's sender (its handle made once)."""
         sender = self.senders.get(conn)
         if sender is None:
-            sender = self.senders[conn] = self.net.flows.GetSender(conn)
+            sender = self.senders[conn] = self.api.flows.GetSender(conn)
         return sender
 
     def _congestion_state(self, flow: int) -> dict[str, float]:
-        n = int(self._sender(self.conn_of[flow]).GetCongestionState(self._cc_buf, len(self._cc_buf)))
+        n = self._sender(self.conn_of[flow]).GetCongestionState(self._cc_buf, len(self._cc_buf))
         if n < 3:
             return {}
         first, second, third = self.net.cc_state_keys
@@ -610,12 +610,12 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
         return state
 
     def _untransmitted(self, flow: int) -> int:
-        return int(self._sender(self.conn_of[flow]).GetUntransmittedOf(flow))
+        return self._sender(self.conn_of[flow]).GetUntransmittedOf(flow)
 
     def _thaw_interrupted(self, now: int) -> None:
         """Events were scheduled into frozen partitions: thaw them now (skip-back)."""
         while True:
-            n = int(self.sim.PopInterrupted(self._interrupted, len(self._interrupted)))
+            n = self.sim.PopInterrupted(self._interrupted, len(self._interrupted))
             if n == 0:
                 return
             groups = set(self._interrupted[:n].tolist())

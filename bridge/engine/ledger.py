@@ -43,7 +43,7 @@ class EventLedger:
         """Count the events logged since the last read; mode_of(partition id) says what the engine
         was doing with that partition during the slice."""
         while True:
-            n = int(self.sim.ReadLog(self._ts, self._ctx, self._tags, CHUNK))
+            n = self.sim.ReadLog(self._ts, self._ctx, self._tags, CHUNK)
             if n == 0:
                 return
             tags, counts = np.unique(self._tags[:n], return_counts=True)

@@ -28,7 +28,8 @@ _loaded: SimpleNamespace | None = None
 
 
 def load(announce: Callable[[str], None] | None = None) -> SimpleNamespace:
-    """Import ns-3 once per process; returns handles `ns` (ns3::) and `wh` (wormhole::).
+    """Import ns-3 once per process; returns handles `ns` (ns3::) and `wh` (wormhole::), and the
+    patch library's path (`library`, for bridge.ns3.engine_api).
     `announce` is told what is built first, if anything (the patches, the precompiled headers)."""
     global _loaded
     if _loaded is not None:
@@ -53,7 +54,7 @@ def load(announce: Callable[[str], None] | None = None) -> SimpleNamespace:
         cppyy.load_library(f"{prefix}/lib64/libns3.44-{module}.so")
     cppyy.load_library(str(library))
     cppyy.include("wormhole-patches.h")
-    _loaded = SimpleNamespace(cppyy=cppyy, ns=cppyy.gbl.ns3, wh=cppyy.gbl.wormhole,
+    _loaded = SimpleNamespace(cppyy=cppyy, ns=cppyy.gbl.ns3, wh=cppyy.gbl.wormhole, library=library,
                               patch_build_s=t_build, import_s=time.perf_counter() - t0)
     return _loaded
 

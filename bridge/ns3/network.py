@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..topology import Topology
+from .engine_api import EngineApi
 
 TCP_TYPES = {"dctcp": "ns3::TcpDctcp", "newreno": "ns3::TcpNewReno", "cubic": "ns3::TcpCubic"}
 IP_TCP_HEADERS = 40
@@ -24,12 +25,14 @@ def segment_size(transport) -> int:
 
 @dataclass
 class Ns3Network:
-    """Handles on one built simulation: the builder, the flow manager and ns-3 itself."""
+    """Handles on one built simulation: the builder, the flow manager and ns-3 itself (through
+    cppyy), and `engine`, the run loop's handles on the same objects (through ctypes)."""
 
     h: SimpleNamespace          # loader handles: ns, wh, cppyy
     builder: object             # wormhole::NetworkBuilder
     flows: object               # wormhole::FlowManager
     n_ports: int
+    engine: EngineApi
     rdma: bool = False          # RdmaNetwork / RdmaFlowManager instead of TCP/IP
     # Names of the three numbers a sender's Get/SetCongestionState carry (memo records keep them).
     cc_state_keys: tuple[str, str, str] = ("cwnd", "ssthresh", "alpha")
@@ -51,10 +54,10 @@ class Ns3Network:
     ecn_kmin_bytes: dict[int, int] = field(default_factory=dict)
 
     def now_ns(self) -> int:
-        return int(self.h.ns.Simulator.Now().GetNanoSeconds())
+        return self.engine.now_ns()
 
     def events(self) -> int:
-        return int(self.h.ns.Simulator.GetEventCount())
+        return self.engine.event_count()
 
 
 def use_tag_simulator(h: SimpleNamespace) -> None:
@@ -115,7 +118,9 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
         timestamp = config.timestampBytes if params.cc == "timely" else 0    # on data frames
         payload = int(config.payloadBytes)
         acked_per_ack = min(max(int(config.ackIntervalBytes), payload), max(int(config.chunkBytes), payload))
-        return Ns3Network(h=h, builder=builder, flows=flows, n_ports=int(builder.GetNPorts()), rdma=True,
+        n_ports = int(builder.GetNPorts())
+        return Ns3Network(h=h, builder=builder, flows=flows, n_ports=n_ports, rdma=True,
+                          engine=_engine_api(h, builder, flows, n_ports, rdma=True),
                           cc_state_keys=keys, payload_bytes=payload,
                           data_frame_bytes=payload + config.dataOverheadBytes + telemetry + timestamp,
                           ack_frame_bytes=config.ackBytes + telemetry, acked_per_ack=acked_per_ack,
@@ -131,4 +136,10 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
     builder = h.wh.NetworkBuilder()
     builder.Build(topology.n_nodes, is_host, len(links), a, b, rate, delay, config)
     flows = h.wh.FlowManager(builder, n_flows)
-    return Ns3Network(h=h, builder=builder, flows=flows, n_ports=int(builder.GetNPorts()))
+    n_ports = int(builder.GetNPorts())
+    return Ns3Network(h=h, builder=builder, flows=flows, n_ports=n_ports,
+                      engine=_engine_api(h, builder, flows, n_ports, rdma=False))
+
+
+def _engine_api(h: SimpleNamespace, builder, flows, n_ports: int, rdma: bool) -> EngineApi:
+    return EngineApi(h.library, h.cppyy.addressof(builder), h.cppyy.addressof(flows), n_ports, rdma)

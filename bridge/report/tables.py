@@ -216,7 +216,7 @@ def accel_summary(ff, flows: pd.DataFrame, spec) -> dict:
     simulate_ns = sum(i.end_ns - i.start_ns for i in s.intervals if i.mode == "simulate")
     skipped = int(s.bytes_skipped)
     return {"theta": spec.theta, "window": spec.window, "tau_ns": spec.tau,
-            "events_executed": int(ff.sim.GetEventCount()),
+            "events_executed": ff.sim.GetEventCount(),
             "bytes_simulated": int(flows.size_bytes.sum()) - skipped, "bytes_skipped": skipped,
             "freezes": s.freezes, "thaws": s.thaws, "skip_backs": s.skip_backs, "checks": s.checks,
             "flow_ends": "computed" if ff.computed_ends else "simulated",

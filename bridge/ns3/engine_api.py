@@ -1,0 +1,247 @@
+"""What the run loop calls in the patches, through ctypes (ns3_patches/engine-api.cc).
+
+cppyy compiles a call wrapper the first time each C++ method is called, 2-7 ms apiece; the run
+loop calls about forty, which took a third of a short accelerated run's loop. These functions are
+compiled into the patch library, so nothing is compiled at run time; a call costs about 0.3 us
+(cppyy's: 0.1 us once compiled). Set-up (building the network, reading results) stays on cppyy.
+
+Handles keep the C++ methods' names and arguments: `table.GetDelivered(flow)` as before. An array
+argument must have the element type of the C++ pointer and be contiguous (checked: ctypes would
+pass any buffer).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import c_double, c_int, c_int64, c_uint32, c_uint64, c_void_p
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+_P = c_void_p  # objects and arrays alike
+_SIGNATURES = {
+    "wh_run_until": (c_int64, [c_int64]),
+    "wh_now_ns": (c_int64, []),
+    "wh_event_count": (c_uint64, []),
+    "wh_ports_of": (_P, [_P, c_int]),
+    "wh_ports_read_queue_bytes": (None, [_P, _P]),
+    "wh_table_delivered": (c_uint64, [_P, c_uint32]),
+    "wh_table_skipped": (c_uint64, [_P, c_uint32]),
+    "wh_table_start_ns": (c_int64, [_P, c_uint32]),
+    "wh_table_end_ns": (c_int64, [_P, c_uint32]),
+    "wh_table_pop_completed": (c_uint32, [_P, _P, c_uint32]),
+    "wh_sim_get": (_P, []),
+    "wh_sim_attach_ports": (None, [_P, _P]),
+    "wh_sim_freeze": (c_uint32, [_P, _P, c_uint32]),
+    "wh_sim_thaw": (None, [_P, c_uint32, c_int64]),
+    "wh_sim_pop_interrupted": (c_uint32, [_P, _P, c_uint32]),
+    "wh_sim_error_total": (c_uint64, [_P]),
+    "wh_sim_event_count": (c_uint64, [_P]),
+    "wh_sim_enable_log": (None, [_P, c_int]),
+    "wh_sim_read_log": (c_uint64, [_P, _P, _P, _P, c_uint64]),
+    "wh_probe_new": (_P, [_P, _P, c_uint32]),
+    "wh_probe_delete": (None, [_P]),
+    "wh_probe_start": (None, [_P, c_int64]),
+    "wh_probe_stop": (None, [_P]),
+    "wh_probe_read": (c_uint32, [_P, _P, _P, _P, _P, c_uint32]),
+    "wh_fair_shares_new": (_P, [_P, _P, c_uint32, _P, _P, c_uint32, _P, c_uint32, _P, _P, c_uint32,
+                                c_double, c_double]),
+    "wh_fair_shares_delete": (None, [_P]),
+    "wh_fair_shares_shares": (None, [_P, _P, c_int64, _P]),
+}
+for _kind in ("tcp", "rdma"):  # FlowManager / RdmaFlowManager and their senders, alike
+    _SIGNATURES.update({
+        f"wh_{_kind}_table": (_P, [_P]),
+        f"wh_{_kind}_open_connection": (c_uint32, [_P, c_uint32, c_uint32]),
+        f"wh_{_kind}_connection_path": (c_uint32, [_P, c_uint32, _P, c_uint32]),
+        f"wh_{_kind}_start_flow": (None, [_P, c_uint32, c_uint32, c_uint64, c_int]),
+        f"wh_{_kind}_skip_flow": (c_uint64, [_P, c_uint32, c_uint32, c_uint64]),
+        f"wh_{_kind}_sender": (_P, [_P, c_uint32]),
+        f"wh_{_kind}_sender_is_connected": (c_int, [_P]),
+        f"wh_{_kind}_sender_get_congestion_state": (c_uint32, [_P, _P, c_uint32]),
+        f"wh_{_kind}_sender_set_congestion_state": (None, [_P, c_double, c_double, c_double]),
+        f"wh_{_kind}_sender_untransmitted_of": (c_uint64, [_P, c_uint32]),
+    })
+_SIGNATURES["wh_rdma_resume"] = (None, [_P, c_uint32])
+_SIGNATURES["wh_rdma_sender_shift_times"] = (None, [_P, c_int64])
+
+_libraries: dict[Path, ctypes.CDLL] = {}
+
+
+def library(path: Path) -> ctypes.CDLL:
+    """The patch library at `path` (the one cppyy loaded: the same objects), its functions typed."""
+    lib = _libraries.get(path)
+    if lib is None:
+        lib = ctypes.CDLL(str(path))
+        for name, (restype, argtypes) in _SIGNATURES.items():
+            function = getattr(lib, name)
+            function.restype, function.argtypes = restype, argtypes
+        lib = _libraries[path] = lib
+    return lib
+
+
+def pointer(values: np.ndarray, dtype) -> int:
+    """The address of a contiguous array of `dtype`, to pass where C++ takes a pointer."""
+    if values.dtype != dtype or not values.flags.c_contiguous:
+        raise TypeError(f"expected a contiguous {np.dtype(dtype)} array, got {values.dtype}")
+    return values.ctypes.data
+
+
+class Table:
+    """wormhole::FlowTable: per flow, bytes delivered and skipped, start and end."""
+
+    def __init__(self, lib: ctypes.CDLL, address: int):
+        self.address = address
+        self.GetDelivered = partial(lib.wh_table_delivered, address)
+        self.GetSkipped = partial(lib.wh_table_skipped, address)
+        self.GetStartNs = partial(lib.wh_table_start_ns, address)
+        self.GetEndNs = partial(lib.wh_table_end_ns, address)
+        self._pop = partial(lib.wh_table_pop_completed, address)
+
+    def PopCompleted(self, out: np.ndarray, cap: int) -> int:
+        return self._pop(pointer(out, np.uint32), min(cap, len(out)))
+
+
+class Sender:
+    """A connection's sender: wormhole::FlowSender (TCP) or wormhole::RdmaQp."""
+
+    def __init__(self, lib: ctypes.CDLL, kind: str, address: int):
+        self.IsConnected = partial(getattr(lib, f"wh_{kind}_sender_is_connected"), address)
+        self.SetCongestionState = partial(getattr(lib, f"wh_{kind}_sender_set_congestion_state"), address)
+        self.GetUntransmittedOf = partial(getattr(lib, f"wh_{kind}_sender_untransmitted_of"), address)
+        self._get_state = partial(getattr(lib, f"wh_{kind}_sender_get_congestion_state"), address)
+        if kind == "rdma":
+            self.ShiftTimes = partial(lib.wh_rdma_sender_shift_times, address)
+
+    def GetCongestionState(self, out: np.ndarray, cap: int) -> int:
+        return self._get_state(pointer(out, np.float64), min(cap, len(out)))
+
+
+class Flows:
+    """wormhole::FlowManager (TCP) or RdmaFlowManager: connections and flows."""
+
+    def __init__(self, lib: ctypes.CDLL, kind: str, address: int):
+        self._lib, self._kind = lib, kind
+        self.OpenConnection = partial(getattr(lib, f"wh_{kind}_open_connection"), address)
+        self.SkipFlow = partial(getattr(lib, f"wh_{kind}_skip_flow"), address)
+        self._start = partial(getattr(lib, f"wh_{kind}_start_flow"), address)
+        self._path = partial(getattr(lib, f"wh_{kind}_connection_path"), address)
+        self._sender = partial(getattr(lib, f"wh_{kind}_sender"), address)
+        if kind == "rdma":
+            self.Resume = partial(lib.wh_rdma_resume, address)
+        self.table = Table(lib, getattr(lib, f"wh_{kind}_table")(address))
+
+    def StartFlow(self, flow: int, conn: int, size: int, kick: bool = True) -> None:
+        """kick=False (RDMA): the QP holds it until Resume."""
+        self._start(flow, conn, size, kick)
+
+    def GetConnectionPath(self, conn: int, out: np.ndarray, cap: int) -> int:
+        return self._path(conn, pointer(out, np.uint32), min(cap, len(out)))
+
+    def GetSender(self, conn: int) -> Sender:
+        return Sender(self._lib, self._kind, self._sender(conn))
+
+
+class TagSimulator:
+    """wormhole::TagSimulatorImpl, the running simulator."""
+
+    def __init__(self, lib: ctypes.CDLL, address: int):
+        self.address = address
+        self.AttachPorts = partial(lib.wh_sim_attach_ports, address)
+        self.Thaw = partial(lib.wh_sim_thaw, address)
+        self.GetErrorTotal = partial(lib.wh_sim_error_total, address)
+        self.GetEventCount = partial(lib.wh_sim_event_count, address)
+        self._enable_log = partial(lib.wh_sim_enable_log, address)
+        self._freeze = partial(lib.wh_sim_freeze, address)
+        self._pop_interrupted = partial(lib.wh_sim_pop_interrupted, address)
+        self._read_log = partial(lib.wh_sim_read_log, address)
+
+    def Freeze(self, tags: np.ndarray, n: int) -> int:
+        return self._freeze(pointer(tags, np.uint32), min(n, len(tags)))
+
+    def PopInterrupted(self, out: np.ndarray, cap: int) -> int:
+        return self._pop_interrupted(pointer(out, np.uint32), min(cap, len(out)))
+
+    def EnableLog(self, on: bool) -> None:
+        self._enable_log(on)
+
+    def ReadLog(self, ts: np.ndarray, ctx: np.ndarray, tags: np.ndarray, most: int) -> int:
+        most = min(most, len(ts), len(ctx), len(tags))
+        return self._read_log(pointer(ts, np.int64), pointer(ctx, np.uint32), pointer(tags, np.uint32), most)
+
+
+class RateProbe:
+    """wormhole::RateProbe sampling into the arrays it is given (read by `Read`)."""
+
+    def __init__(self, lib: ctypes.CDLL, table: Table, ports: int, times: np.ndarray, delivered: np.ndarray,
+                 arrived: np.ndarray, queues: np.ndarray):
+        capacity = len(times)
+        if not (delivered.shape[0] == arrived.shape[0] == queues.shape[0] == capacity):
+            raise ValueError("the probe's arrays must hold the same number of samples")
+        self._arrays = (times, delivered, arrived, queues)   # (kept alive: C++ writes into them)
+        self._delete = lib.wh_probe_delete
+        self.address = lib.wh_probe_new(table.address, ports, capacity)
+        self.Start = partial(lib.wh_probe_start, self.address)
+        self.Stop = partial(lib.wh_probe_stop, self.address)
+        self._read = partial(lib.wh_probe_read, self.address, pointer(times, np.int64),
+                             pointer(delivered, np.uint64), pointer(arrived, np.int64),
+                             pointer(queues, np.uint32), capacity)
+
+    def Read(self) -> int:
+        """Copy the latest samples into the arrays (rate-probe.h); returns how many."""
+        return self._read()
+
+    def __del__(self):
+        self._delete(self.address)
+
+
+class FairSharesKernel:
+    """wormhole::FairShares (ns3_patches/fair-shares.h); arrays as its constructor takes them."""
+
+    def __init__(self, lib: ctypes.CDLL, data_flows: np.ndarray, data_ports: np.ndarray, ack_flows: np.ndarray,
+                 ack_ports: np.ndarray, caps: np.ndarray, frame_ns: np.ndarray, ack_frame_ns: np.ndarray,
+                 n_data: int, n_acks: int, n_flows: int, n_ports: int, payload: float, acked_per_ack: float):
+        i64, f64 = np.int64, np.float64
+        self._delete = lib.wh_fair_shares_delete
+        self.address = lib.wh_fair_shares_new(
+            pointer(data_flows, i64), pointer(data_ports, i64), n_data, pointer(ack_flows, i64),
+            pointer(ack_ports, i64), n_acks, pointer(caps, f64), n_flows, pointer(frame_ns, f64),
+            pointer(ack_frame_ns, f64), n_ports, payload, acked_per_ack)
+        self._shares = partial(lib.wh_fair_shares_shares, self.address)
+
+    def Shares(self, rates: np.ndarray, without: int, out: np.ndarray) -> None:
+        self._shares(pointer(rates, np.float64), without, pointer(out, np.float64))
+
+    def __del__(self):
+        self._delete(self.address)
+
+
+class EngineApi:
+    """One built network's handles for the run loop: `flows` (and `table`), the ports, the
+    simulator, and the probe and fair-share kernels it creates."""
+
+    def __init__(self, library_path: Path, builder_address: int, flows_address: int, n_ports: int, rdma: bool):
+        lib = self.lib = library(library_path)
+        self.n_ports = n_ports
+        self.flows = Flows(lib, "rdma" if rdma else "tcp", flows_address)
+        self.table = self.flows.table
+        self.ports = lib.wh_ports_of(builder_address, rdma)            # PortNetwork*
+        self.run_until = lib.wh_run_until
+        self.now_ns = lib.wh_now_ns
+        self.event_count = lib.wh_event_count
+
+    def ReadQueueBytes(self, out: np.ndarray) -> None:
+        """Bytes queued per port (PortNetwork::ReadQueueBytes)."""
+        if len(out) < self.n_ports:
+            raise ValueError(f"{len(out)} entries for {self.n_ports} ports")
+        self.lib.wh_ports_read_queue_bytes(self.ports, pointer(out, np.uint32))
+
+    def simulator(self) -> TagSimulator | None:
+        """The partition-tag simulator, if it is the one running."""
+        address = self.lib.wh_sim_get()
+        return TagSimulator(self.lib, address) if address else None
+
+    def rate_probe(self, times: np.ndarray, delivered: np.ndarray, arrived: np.ndarray,
+                   queues: np.ndarray) -> RateProbe:
+        return RateProbe(self.lib, self.table, self.ports, times, delivered, arrived, queues)

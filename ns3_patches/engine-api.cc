@@ -1,0 +1,364 @@
+// A C interface to what the engine's run loop calls, for Python's ctypes (bridge/ns3/engine_api.py).
+// cppyy JIT-compiles a call wrapper the first time each C++ method is called from Python, 2-7 ms
+// each (ns3-wheel notes); the loop calls about forty, which was a third of a short accelerated
+// run's loop (gpt-bench-dcqcn: 0.13 of 0.33 s). These functions are compiled with the rest of the
+// patches, so a call costs nothing to set up. Objects are passed as the addresses cppyy created
+// them at (or these functions return); each function only forwards to the method it is named for.
+#include "fair-shares.h"
+#include "flow-transport.h"
+#include "network-builder.h"
+#include "rate-probe.h"
+#include "rdma.h"
+#include "tag-simulator-impl.h"
+
+#include "ns3/simulator.h"
+
+using namespace wormhole;
+
+extern "C"
+{
+
+    // -- the simulator ------------------------------------------------------------------------
+
+    int64_t
+    wh_run_until(int64_t ns)
+    {
+        return RunUntil(ns);
+    }
+
+    int64_t
+    wh_now_ns()
+    {
+        return ns3::Simulator::Now().GetNanoSeconds();
+    }
+
+    uint64_t
+    wh_event_count()
+    {
+        return ns3::Simulator::GetEventCount();
+    }
+
+    // -- a network's ports (builder: NetworkBuilder*, or RdmaNetwork* when rdma) -------------
+
+    PortNetwork*
+    wh_ports_of(void* builder, int rdma)
+    {
+        if (rdma)
+        {
+            return static_cast<PortNetwork*>(static_cast<RdmaNetwork*>(builder));
+        }
+        return static_cast<PortNetwork*>(static_cast<NetworkBuilder*>(builder));
+    }
+
+    void
+    wh_ports_read_queue_bytes(const PortNetwork* ports, uint32_t* out)
+    {
+        ports->ReadQueueBytes(out);
+    }
+
+    // -- the flow table -----------------------------------------------------------------------
+
+    uint64_t
+    wh_table_delivered(const FlowTable* table, uint32_t flow)
+    {
+        return table->GetDelivered(flow);
+    }
+
+    uint64_t
+    wh_table_skipped(const FlowTable* table, uint32_t flow)
+    {
+        return table->GetSkipped(flow);
+    }
+
+    int64_t
+    wh_table_start_ns(const FlowTable* table, uint32_t flow)
+    {
+        return table->GetStartNs(flow);
+    }
+
+    int64_t
+    wh_table_end_ns(const FlowTable* table, uint32_t flow)
+    {
+        return table->GetEndNs(flow);
+    }
+
+    uint32_t
+    wh_table_pop_completed(FlowTable* table, uint32_t* out, uint32_t cap)
+    {
+        return table->PopCompleted(out, cap);
+    }
+
+    // -- TCP: FlowManager and its senders -----------------------------------------------------
+
+    FlowTable*
+    wh_tcp_table(FlowManager* manager)
+    {
+        return &manager->GetTable();
+    }
+
+    uint32_t
+    wh_tcp_open_connection(FlowManager* manager, uint32_t src, uint32_t dst)
+    {
+        return manager->OpenConnection(src, dst);
+    }
+
+    uint32_t
+    wh_tcp_connection_path(const FlowManager* manager, uint32_t conn, uint32_t* out, uint32_t cap)
+    {
+        return manager->GetConnectionPath(conn, out, cap);
+    }
+
+    void
+    wh_tcp_start_flow(FlowManager* manager, uint32_t flow, uint32_t conn, uint64_t bytes, int /* kick */)
+    {
+        manager->StartFlow(flow, conn, bytes); // (TCP holds no flow back: episodes are RDMA's)
+    }
+
+    uint64_t
+    wh_tcp_skip_flow(FlowManager* manager, uint32_t flow, uint32_t conn, uint64_t bytes)
+    {
+        return manager->SkipFlow(flow, conn, bytes);
+    }
+
+    FlowSender*
+    wh_tcp_sender(const FlowManager* manager, uint32_t conn)
+    {
+        return ns3::PeekPointer(manager->GetSender(conn)); // (its node keeps it)
+    }
+
+    int
+    wh_tcp_sender_is_connected(const FlowSender* sender)
+    {
+        return sender->IsConnected();
+    }
+
+    uint32_t
+    wh_tcp_sender_get_congestion_state(const FlowSender* sender, double* out, uint32_t cap)
+    {
+        return sender->GetCongestionState(out, cap);
+    }
+
+    void
+    wh_tcp_sender_set_congestion_state(FlowSender* sender, double a, double b, double c)
+    {
+        sender->SetCongestionState(a, b, c);
+    }
+
+    uint64_t
+    wh_tcp_sender_untransmitted_of(const FlowSender* sender, uint32_t flow)
+    {
+        return sender->GetUntransmittedOf(flow);
+    }
+
+    // -- RDMA: RdmaFlowManager and its queue pairs --------------------------------------------
+
+    FlowTable*
+    wh_rdma_table(RdmaFlowManager* manager)
+    {
+        return &manager->GetTable();
+    }
+
+    uint32_t
+    wh_rdma_open_connection(RdmaFlowManager* manager, uint32_t src, uint32_t dst)
+    {
+        return manager->OpenConnection(src, dst);
+    }
+
+    uint32_t
+    wh_rdma_connection_path(const RdmaFlowManager* manager, uint32_t conn, uint32_t* out, uint32_t cap)
+    {
+        return manager->GetConnectionPath(conn, out, cap);
+    }
+
+    void
+    wh_rdma_start_flow(RdmaFlowManager* manager, uint32_t flow, uint32_t conn, uint64_t bytes, int kick)
+    {
+        manager->StartFlow(flow, conn, bytes, kick != 0);
+    }
+
+    void
+    wh_rdma_resume(RdmaFlowManager* manager, uint32_t conn)
+    {
+        manager->Resume(conn);
+    }
+
+    uint64_t
+    wh_rdma_skip_flow(RdmaFlowManager* manager, uint32_t flow, uint32_t conn, uint64_t bytes)
+    {
+        return manager->SkipFlow(flow, conn, bytes);
+    }
+
+    RdmaQp*
+    wh_rdma_sender(const RdmaFlowManager* manager, uint32_t conn)
+    {
+        return manager->GetSender(conn);
+    }
+
+    int
+    wh_rdma_sender_is_connected(const RdmaQp* qp)
+    {
+        return qp->IsConnected();
+    }
+
+    uint32_t
+    wh_rdma_sender_get_congestion_state(const RdmaQp* qp, double* out, uint32_t cap)
+    {
+        return qp->GetCongestionState(out, cap);
+    }
+
+    void
+    wh_rdma_sender_set_congestion_state(RdmaQp* qp, double rate, double target, double alpha)
+    {
+        qp->SetCongestionState(rate, target, alpha);
+    }
+
+    uint64_t
+    wh_rdma_sender_untransmitted_of(const RdmaQp* qp, uint32_t flow)
+    {
+        return qp->GetUntransmittedOf(flow);
+    }
+
+    void
+    wh_rdma_sender_shift_times(RdmaQp* qp, int64_t shiftNs)
+    {
+        qp->ShiftTimes(shiftNs);
+    }
+
+    // -- the partition-tag simulator ----------------------------------------------------------
+
+    TagSimulatorImpl*
+    wh_sim_get()
+    {
+        return TagSimulatorImpl::Get();
+    }
+
+    void
+    wh_sim_attach_ports(TagSimulatorImpl* sim, PortNetwork* ports)
+    {
+        sim->AttachPorts(ports);
+    }
+
+    uint32_t
+    wh_sim_freeze(TagSimulatorImpl* sim, const uint32_t* tags, uint32_t n)
+    {
+        return sim->Freeze(tags, n);
+    }
+
+    void
+    wh_sim_thaw(TagSimulatorImpl* sim, uint32_t group, int64_t shiftNs)
+    {
+        sim->Thaw(group, shiftNs);
+    }
+
+    uint32_t
+    wh_sim_pop_interrupted(TagSimulatorImpl* sim, uint32_t* out, uint32_t cap)
+    {
+        return sim->PopInterrupted(out, cap);
+    }
+
+    uint64_t
+    wh_sim_error_total(const TagSimulatorImpl* sim)
+    {
+        return sim->GetErrorTotal();
+    }
+
+    uint64_t
+    wh_sim_event_count(const TagSimulatorImpl* sim)
+    {
+        return sim->GetEventCount();
+    }
+
+    void
+    wh_sim_enable_log(TagSimulatorImpl* sim, int on)
+    {
+        sim->EnableLog(on != 0);
+    }
+
+    uint64_t
+    wh_sim_read_log(TagSimulatorImpl* sim, int64_t* ts, uint32_t* ctx, uint32_t* tag, uint64_t max)
+    {
+        return sim->ReadLog(ts, ctx, tag, max);
+    }
+
+    // -- the rate probe (owned by the caller: wh_probe_delete) --------------------------------
+
+    RateProbe*
+    wh_probe_new(FlowTable* table, PortNetwork* ports, uint32_t capacity)
+    {
+        return new RateProbe(table, ports, capacity);
+    }
+
+    void
+    wh_probe_delete(RateProbe* probe)
+    {
+        delete probe;
+    }
+
+    void
+    wh_probe_start(RateProbe* probe, int64_t tauNs)
+    {
+        probe->Start(tauNs);
+    }
+
+    void
+    wh_probe_stop(RateProbe* probe)
+    {
+        probe->Stop();
+    }
+
+    uint32_t
+    wh_probe_read(RateProbe* probe,
+                  int64_t* times,
+                  uint64_t* flowBytes,
+                  int64_t* flowTimes,
+                  uint32_t* portBytes,
+                  uint32_t maxSamples)
+    {
+        return probe->Read(times, flowBytes, flowTimes, portBytes, maxSamples);
+    }
+
+    // -- max-min fair shares (owned by the caller: wh_fair_shares_delete) ---------------------
+
+    FairShares*
+    wh_fair_shares_new(const int64_t* dataFlows,
+                       const int64_t* dataPorts,
+                       uint32_t nData,
+                       const int64_t* ackFlows,
+                       const int64_t* ackPorts,
+                       uint32_t nAcks,
+                       const double* caps,
+                       uint32_t nFlows,
+                       const double* frameNs,
+                       const double* ackFrameNs,
+                       uint32_t nPorts,
+                       double payload,
+                       double ackedPerAck)
+    {
+        return new FairShares(dataFlows,
+                              dataPorts,
+                              nData,
+                              ackFlows,
+                              ackPorts,
+                              nAcks,
+                              caps,
+                              nFlows,
+                              frameNs,
+                              ackFrameNs,
+                              nPorts,
+                              payload,
+                              ackedPerAck);
+    }
+
+    void
+    wh_fair_shares_delete(FairShares* shares)
+    {
+        delete shares;
+    }
+
+    void
+    wh_fair_shares_shares(const FairShares* shares, const double* rates, int64_t without, double* out)
+    {
+        shares->Shares(rates, without, out);
+    }
+
+} // extern "C"
