@@ -158,12 +158,12 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
 def rdma_summary(net) -> dict:
     """Fabric counters of an RDMA run."""
     b = net.builder
-    qps = [net.flows.GetSender(c) for c in range(int(b.GetNQps()))]
+    qps = [net.engine.flows.GetSender(c) for c in range(int(b.GetNQps()))]
     return {"pfc_frames": int(b.GetPfcFrames()), "drops": int(b.GetDrops()), "lost": int(b.GetLost()),
             "ecn_marks": int(b.GetEcnMarks()), "links_down": int(b.GetLinksDown()),
             "down_drops": int(b.GetDownDrops()),
-            "retransmitted_bytes": sum(int(qp.GetRetransmittedBytes()) for qp in qps),
-            "timeouts": sum(int(qp.GetTimeouts()) for qp in qps)}
+            "retransmitted_bytes": sum(qp.GetRetransmittedBytes() for qp in qps),
+            "timeouts": sum(qp.GetTimeouts() for qp in qps)}
 
 
 def unsettled_reason(scenario: Scenario) -> str | None:

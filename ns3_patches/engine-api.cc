@@ -224,6 +224,18 @@ extern "C"
         qp->ShiftTimes(shiftNs);
     }
 
+    uint64_t
+    wh_rdma_sender_retransmitted_bytes(const RdmaQp* qp)
+    {
+        return qp->GetRetransmittedBytes();
+    }
+
+    uint64_t
+    wh_rdma_sender_timeouts(const RdmaQp* qp)
+    {
+        return qp->GetTimeouts();
+    }
+
     // -- the partition-tag simulator ----------------------------------------------------------
 
     TagSimulatorImpl*

@@ -3,7 +3,8 @@
 cppyy compiles a call wrapper the first time each C++ method is called, 2-7 ms apiece; the run
 loop calls about forty, which took a third of a short accelerated run's loop. These functions are
 compiled into the patch library, so nothing is compiled at run time; a call costs about 0.3 us
-(cppyy's: 0.1 us once compiled). Set-up (building the network, reading results) stays on cppyy.
+(cppyy's: 0.1 us once compiled). Building the network stays on cppyy; of reading the results, the
+per-QP counters come through here (cppyy's first RdmaQp pointer builds its class, 40 ms).
 
 Handles keep the C++ methods' names and arguments: `table.GetDelivered(flow)` as before. An array
 argument must have the element type of the C++ pointer and be contiguous (checked: ctypes would
@@ -65,6 +66,8 @@ for _kind in ("tcp", "rdma"):  # FlowManager / RdmaFlowManager and their senders
     })
 _SIGNATURES["wh_rdma_resume"] = (None, [_P, c_uint32])
 _SIGNATURES["wh_rdma_sender_shift_times"] = (None, [_P, c_int64])
+_SIGNATURES["wh_rdma_sender_retransmitted_bytes"] = (c_uint64, [_P])
+_SIGNATURES["wh_rdma_sender_timeouts"] = (c_uint64, [_P])
 
 _libraries: dict[Path, ctypes.CDLL] = {}
 
@@ -113,6 +116,8 @@ class Sender:
         self._get_state = partial(getattr(lib, f"wh_{kind}_sender_get_congestion_state"), address)
         if kind == "rdma":
             self.ShiftTimes = partial(lib.wh_rdma_sender_shift_times, address)
+            self.GetRetransmittedBytes = partial(lib.wh_rdma_sender_retransmitted_bytes, address)
+            self.GetTimeouts = partial(lib.wh_rdma_sender_timeouts, address)
 
     def GetCongestionState(self, out: np.ndarray, cap: int) -> int:
         return self._get_state(pointer(out, np.float64), min(cap, len(out)))
