@@ -91,6 +91,21 @@ def pointer(values: np.ndarray, dtype) -> int:
     return values.ctypes.data
 
 
+class _Reused:
+    """The address of the array a call site passes every time (an output buffer after each run
+    slice): taken once, about 1 us each time otherwise. Holding the array keeps its address."""
+
+    __slots__ = ("dtype", "array", "address")
+
+    def __init__(self, dtype):
+        self.dtype, self.array, self.address = dtype, None, 0
+
+    def __call__(self, values: np.ndarray) -> int:
+        if values is not self.array:
+            self.address, self.array = pointer(values, self.dtype), values
+        return self.address
+
+
 class Table:
     """wormhole::FlowTable: per flow, bytes delivered and skipped, start and end."""
 
@@ -101,9 +116,10 @@ class Table:
         self.GetStartNs = partial(lib.wh_table_start_ns, address)
         self.GetEndNs = partial(lib.wh_table_end_ns, address)
         self._pop = partial(lib.wh_table_pop_completed, address)
+        self._completed = _Reused(np.uint32)
 
     def PopCompleted(self, out: np.ndarray, cap: int) -> int:
-        return self._pop(pointer(out, np.uint32), min(cap, len(out)))
+        return self._pop(self._completed(out), min(cap, len(out)))
 
 
 class Sender:
@@ -161,12 +177,13 @@ class TagSimulator:
         self._freeze = partial(lib.wh_sim_freeze, address)
         self._pop_interrupted = partial(lib.wh_sim_pop_interrupted, address)
         self._read_log = partial(lib.wh_sim_read_log, address)
+        self._interrupted = _Reused(np.uint32)
 
     def Freeze(self, tags: np.ndarray, n: int) -> int:
         return self._freeze(pointer(tags, np.uint32), min(n, len(tags)))
 
     def PopInterrupted(self, out: np.ndarray, cap: int) -> int:
-        return self._pop_interrupted(pointer(out, np.uint32), min(cap, len(out)))
+        return self._pop_interrupted(self._interrupted(out), min(cap, len(out)))
 
     def EnableLog(self, on: bool) -> None:
         self._enable_log(on)
