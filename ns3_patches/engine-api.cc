@@ -58,16 +58,22 @@ extern "C"
 
     // -- the flow table -----------------------------------------------------------------------
 
-    uint64_t
-    wh_table_delivered(const FlowTable* table, uint32_t flow)
+    uint32_t
+    wh_table_n_flows(const FlowTable* table)
     {
-        return table->GetDelivered(flow);
+        return table->GetNFlows();
     }
 
-    uint64_t
-    wh_table_skipped(const FlowTable* table, uint32_t flow)
+    const uint64_t*
+    wh_table_delivered_array(const FlowTable* table)
     {
-        return table->GetSkipped(flow);
+        return table->GetDeliveredArray();
+    }
+
+    const uint64_t*
+    wh_table_skipped_array(const FlowTable* table)
+    {
+        return table->GetSkippedArray();
     }
 
     int64_t

@@ -89,6 +89,7 @@ TrimNeverSent(const Ptr<TcpTxBuffer>& buffer, uint64_t bytes)
 FlowTable::FlowTable(uint32_t nFlows)
     : m_flows(nFlows),
       m_delivered(nFlows, 0),
+      m_skipped(nFlows, 0),
       m_lastDeliveryNs(nFlows, -1),
       m_deliveredSince(nFlows)
 {
@@ -115,7 +116,7 @@ FlowTable::GetLastDelivery(uint32_t flow) const
 uint64_t
 FlowTable::GetSkipped(uint32_t flow) const
 {
-    return m_flows.at(flow).skipped;
+    return m_skipped.at(flow);
 }
 
 int64_t
@@ -164,6 +165,18 @@ FlowTable::TakeDeliveredSince()
     return m_deliveredSince.Take();
 }
 
+const uint64_t*
+FlowTable::GetDeliveredArray() const
+{
+    return m_delivered.data();
+}
+
+const uint64_t*
+FlowTable::GetSkippedArray() const
+{
+    return m_skipped.data();
+}
+
 void
 FlowTable::OnStart(uint32_t flow)
 {
@@ -181,7 +194,7 @@ FlowTable::OnDelivered(uint32_t flow, uint64_t bytes)
 void
 FlowTable::OnSkipped(uint32_t flow, uint64_t bytes)
 {
-    m_flows[flow].skipped += bytes;
+    m_skipped[flow] += bytes;
 }
 
 void

@@ -109,6 +109,10 @@ class FlowTable
     /// The flows with bytes delivered since the last call (each once), in order of their first
     /// such delivery: the probe copies only those (a run holds 100,000 flows, a few hundred send).
     std::vector<uint32_t> TakeDeliveredSince();
+    /// Delivered and skipped bytes per flow in place, nFlows each for as long as the table lives:
+    /// the control plane reads them without a call per flow (bridge/ns3/engine_api.py).
+    const uint64_t* GetDeliveredArray() const;
+    const uint64_t* GetSkippedArray() const;
 
     // Model side.
     void OnStart(uint32_t flow);
@@ -119,15 +123,16 @@ class FlowTable
   private:
     struct Flow
     {
-        uint64_t skipped = 0;
         int64_t startNs = -1;
         int64_t endNs = -1;
     };
 
     std::vector<Flow> m_flows;
     // Apart, so that the probe copies each in one block at every sample (a run of gpt-13b's 16,384
-    // flows spent a fifth of its time gathering them from the structs).
+    // flows spent a fifth of its time gathering them from the structs), and the control plane
+    // reads them in place.
     std::vector<uint64_t> m_delivered;
+    std::vector<uint64_t> m_skipped;
     std::vector<int64_t> m_lastDeliveryNs;
     FlowSet m_deliveredSince; //!< TakeDeliveredSince
     std::vector<uint32_t> m_completed;
