@@ -233,7 +233,7 @@ class ComputedEnds:
         else:
             view.model = self._fair_model([self.conn_of[f] for f in flows], switch_load=self.switch_load)
         view.shares = view.model.shares(rates)
-        view.at_shares = not np.any((view.shares <= 0) | (np.abs(view.shares - rates) > FAIR_MATCH * view.shares))
+        view.at_shares = not ((view.shares <= 0) | (np.abs(view.shares - rates) > FAIR_MATCH * view.shares)).any()
         return view
 
     def _boost(self, frozen: Frozen, flow: int, added: float, at_ns: float, now: int) -> None:

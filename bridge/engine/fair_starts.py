@@ -195,7 +195,7 @@ class FairStarts:
         self.api.ReadQueueBytes(self._queue_buf)
         data = np.concatenate([self.port_arrays[c][0] for c in conns])
         switch = data[~self.host_port[data]]
-        return bool(np.any(self._queue_buf[switch] > self._queue_bound[switch]))
+        return bool((self._queue_buf[switch] > self._queue_bound[switch]).any())
 
     def _frozen_shares(self, conns: list[int]) -> np.ndarray | None:
         """The max-min fair shares of QPs of `conns` paced at line rate, if a partition of them may
@@ -213,12 +213,12 @@ class FairStarts:
     def _compute_frozen_shares(self, conns: list[int]) -> np.ndarray | None:
         caps = self._caps(conns)
         shares = self._fair_model(conns, switch_load=self.switch_load).shares(caps)
-        if np.any(shares <= 0):
+        if (shares <= 0).any():
             return None
         if self.link_shares:
             return shares
         nics = self._nic_shares(conns)
-        if np.any(np.abs(shares - nics) > 1e-9 * nics) or self._merging_full(conns, shares):
+        if (np.abs(shares - nics) > 1e-9 * nics).any() or self._merging_full(conns, shares):
             return None
         return shares
 
@@ -401,7 +401,7 @@ class FairStarts:
         if before is None or shares is None:
             return None
         rates = np.array([frozen.rate_at(f, NEVER) for f in running])
-        if np.any(np.abs(before - rates) > FAIR_MATCH * before):
+        if (np.abs(before - rates) > FAIR_MATCH * before).any():
             return None
         return conn, pid, dict(zip(running, shares[:-1].tolist())), float(shares[-1])
 

@@ -89,6 +89,8 @@ def pointer(values: np.ndarray, dtype) -> int:
     """The address of a contiguous array of `dtype`, to pass where C++ takes a pointer."""
     if values.dtype != dtype or not values.flags.c_contiguous:
         raise TypeError(f"expected a contiguous {np.dtype(dtype)} array, got {values.dtype}")
+    if values.flags.writeable and values.nbytes:
+        return ctypes.addressof(ctypes.c_char.from_buffer(values))   # (0.3 us; .ctypes.data: 1 us)
     return values.ctypes.data
 
 
