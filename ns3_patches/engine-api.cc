@@ -1,22 +1,153 @@
-// A C interface to what the engine's run loop calls, for Python's ctypes (bridge/ns3/engine_api.py).
+// A C interface to what the engine's run loop calls (and the run's ns-3 settings), for Python's
+// ctypes (bridge/ns3/engine_api.py).
 // cppyy JIT-compiles a call wrapper the first time each C++ method is called from Python, 2-7 ms
 // each (ns3-wheel notes); the loop calls about forty, which was a third of a short accelerated
 // run's loop (gpt-bench-dcqcn: 0.13 of 0.33 s). These functions are compiled with the rest of the
 // patches, so a call costs nothing to set up. Objects are passed as the addresses cppyy created
 // them at (or these functions return); each function only forwards to the method it is named for.
 #include "fair-shares.h"
+#include "flow-ecmp-routing.h"
 #include "flow-transport.h"
 #include "network-builder.h"
 #include "rate-probe.h"
 #include "rdma.h"
 #include "tag-simulator-impl.h"
 
+#include "ns3/boolean.h"
+#include "ns3/config.h"
+#include "ns3/global-value.h"
+#include "ns3/nstime.h"
+#include "ns3/rng-seed-manager.h"
 #include "ns3/simulator.h"
+#include "ns3/string.h"
+#include "ns3/uinteger.h"
+
+#include <algorithm>
 
 using namespace wormhole;
 
 extern "C"
 {
+
+    // -- before any node exists: the simulator, the seed, TCP's defaults ----------------------
+    // (Set up here rather than through cppyy: a wrapper for each value type and call, 0.1 s.)
+
+    void
+    wh_use_tag_simulator()
+    {
+        ns3::GlobalValue::Bind("SimulatorImplementationType", ns3::StringValue("wormhole::TagSimulatorImpl"));
+    }
+
+    void
+    wh_seed(uint32_t seed)
+    {
+        ns3::RngSeedManager::SetSeed(std::max<uint32_t>(1, seed));
+        ns3::RngSeedManager::SetRun(1);
+        ns3::RngSeedManager::ResetNextStreamIndex();
+    }
+
+    void
+    wh_configure_tcp(const char* socketType,
+                     uint32_t segmentSize,
+                     uint32_t sendBuffer,
+                     uint32_t recvBuffer,
+                     uint32_t initialCwnd,
+                     uint32_t delayedAckCount,
+                     int64_t delayedAckTimeoutNs,
+                     int64_t minRtoNs,
+                     int timestamps,
+                     uint64_t hashSeed)
+    {
+        using namespace ns3;
+        FlowEcmpRouting::SetHashSeed(hashSeed);
+        Config::SetDefault("ns3::TcpL4Protocol::SocketType", StringValue(socketType));
+        Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(segmentSize));
+        Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(sendBuffer));
+        Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(recvBuffer));
+        Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(initialCwnd));
+        Config::SetDefault("ns3::TcpSocket::DelAckCount", UintegerValue(delayedAckCount));
+        // (ns-3's 200 ms delayed-ACK default against a 1 ms MinRto leaves flows at cwnd 1 MSS)
+        Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(NanoSeconds(delayedAckTimeoutNs)));
+        Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(NanoSeconds(minRtoNs)));
+        Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MicroSeconds(1)));
+        Config::SetDefault("ns3::TcpSocketBase::Timestamp", BooleanValue(timestamps != 0));
+    }
+
+    // -- the objects the network is built from (deleted by the caller: wh_*_delete) -----------
+    // (cppyy compiles each one's constructor the first time, members and all: NetworkBuilder's
+    // took 130 ms, RdmaConfig's 45 ms.)
+
+    QueueConfig*
+    wh_queue_config_new()
+    {
+        return new QueueConfig();
+    }
+
+    void
+    wh_queue_config_delete(QueueConfig* config)
+    {
+        delete config;
+    }
+
+    NetworkBuilder*
+    wh_tcp_network_new()
+    {
+        return new NetworkBuilder();
+    }
+
+    void
+    wh_tcp_network_delete(NetworkBuilder* network)
+    {
+        delete network;
+    }
+
+    FlowManager*
+    wh_tcp_flow_manager_new(NetworkBuilder* network, uint32_t nFlows)
+    {
+        return new FlowManager(network, nFlows);
+    }
+
+    void
+    wh_tcp_flow_manager_delete(FlowManager* manager)
+    {
+        delete manager;
+    }
+
+    RdmaConfig*
+    wh_rdma_config_new()
+    {
+        return new RdmaConfig();
+    }
+
+    void
+    wh_rdma_config_delete(RdmaConfig* config)
+    {
+        delete config;
+    }
+
+    RdmaNetwork*
+    wh_rdma_network_new()
+    {
+        return new RdmaNetwork();
+    }
+
+    void
+    wh_rdma_network_delete(RdmaNetwork* network)
+    {
+        delete network;
+    }
+
+    RdmaFlowManager*
+    wh_rdma_flow_manager_new(RdmaNetwork* network, uint32_t nFlows)
+    {
+        return new RdmaFlowManager(network, nFlows);
+    }
+
+    void
+    wh_rdma_flow_manager_delete(RdmaFlowManager* manager)
+    {
+        delete manager;
+    }
 
     // -- the simulator ------------------------------------------------------------------------
 

@@ -421,11 +421,8 @@ def test_rdma_config_fills_every_mapped_field():
         def AddEcnThreshold(self, rate, kmin, kmax, pmax):
             self.ecn.append((rate, kmin, kmax, pmax))
 
-    class FakeWh:
-        RdmaConfig = FakeConfig
-
     p = load_scenario(CASES / "incast16" / "config_hpcc.txt").transport.resolved()
-    c = rdma_config(FakeWh, p)
+    c = rdma_config(FakeConfig, p)
     assert c.ccMode == 3 and c.bufferBytes == 4 * 2**20 and c.rpTimerNs == 900_000
     assert c.enableEcn is True and c.ewmaGain == 1 / 256 and c.ackIntervalBytes == 1
     assert c.ecn == list(p.ecn)
@@ -449,7 +446,7 @@ def test_rdma_config_matches_the_cxx_struct():
                         struct)
         cppyy.cppdef("#include <cstdint>\\n#include <vector>\\nnamespace rdma_check {\\n" + struct + "\\n}")
         p = load_scenario(sys.argv[1]).transport.resolved()
-        c = rdma_config(cppyy.gbl.rdma_check, p)
+        c = rdma_config(cppyy.gbl.rdma_check.RdmaConfig, p)
         print(json.dumps({"fields": {cxx: getattr(c, cxx) for cxx in RDMA_CONFIG_FIELDS},
                           "ecn": [[e.rateBps, e.kmin, e.kmax, e.pmax] for e in c.ecn]}))
     """)

@@ -3,8 +3,11 @@
 cppyy compiles a call wrapper the first time each C++ method is called, 2-7 ms apiece; the run
 loop calls about forty, which took a third of a short accelerated run's loop. These functions are
 compiled into the patch library, so nothing is compiled at run time; a call costs about 0.3 us
-(cppyy's: 0.1 us once compiled). Building the network stays on cppyy; of reading the results, the
-per-QP counters come through here (cppyy's first RdmaQp pointer builds its class, 40 ms).
+(cppyy's: 0.1 us once compiled). Building the network stays on cppyy; the ns-3 settings before it
+(the simulator, the seed, TCP's defaults: a wrapper per value type and call, 0.1 s) and, of
+reading the results, the per-QP counters (cppyy's first RdmaQp pointer builds its class, 40 ms)
+come through here, and the objects the network is built from are made here (cppyy compiled their
+constructors, members and all: NetworkBuilder's 130 ms).
 
 Handles keep the C++ methods' names and arguments: `table.GetDelivered(flow)` as before. An array
 argument must have the element type of the C++ pointer and be contiguous (checked: ctypes would
@@ -14,7 +17,7 @@ pass any buffer).
 from __future__ import annotations
 
 import ctypes
-from ctypes import c_double, c_int, c_int64, c_uint32, c_uint64, c_void_p
+from ctypes import c_char_p, c_double, c_int, c_int64, c_uint32, c_uint64, c_void_p
 from functools import partial
 from pathlib import Path
 
@@ -22,6 +25,10 @@ import numpy as np
 
 _P = c_void_p  # objects and arrays alike
 _SIGNATURES = {
+    "wh_use_tag_simulator": (None, []),
+    "wh_seed": (None, [c_uint32]),
+    "wh_configure_tcp": (None, [c_char_p, c_uint32, c_uint32, c_uint32, c_uint32, c_uint32, c_int64, c_int64,
+                                c_int, c_uint64]),
     "wh_run_until": (c_int64, [c_int64]),
     "wh_now_ns": (c_int64, []),
     "wh_event_count": (c_uint64, []),
@@ -65,6 +72,10 @@ for _kind in ("tcp", "rdma"):  # FlowManager / RdmaFlowManager and their senders
         f"wh_{_kind}_sender_set_congestion_state": (None, [_P, c_double, c_double, c_double]),
         f"wh_{_kind}_sender_untransmitted_of": (c_uint64, [_P, c_uint32]),
     })
+for _made in ("queue_config", "tcp_network", "rdma_config", "rdma_network"):
+    _SIGNATURES.update({f"wh_{_made}_new": (_P, []), f"wh_{_made}_delete": (None, [_P])})
+for _made in ("tcp_flow_manager", "rdma_flow_manager"):
+    _SIGNATURES.update({f"wh_{_made}_new": (_P, [_P, c_uint32]), f"wh_{_made}_delete": (None, [_P])})
 _SIGNATURES["wh_rdma_resume"] = (None, [_P, c_uint32])
 _SIGNATURES["wh_rdma_sender_shift_times"] = (None, [_P, c_int64])
 _SIGNATURES["wh_rdma_sender_retransmitted_bytes"] = (c_uint64, [_P])

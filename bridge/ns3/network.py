@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import numpy as np
 
 from ..topology import Topology
-from .engine_api import EngineApi
+from .engine_api import EngineApi, library
 
 TCP_TYPES = {"dctcp": "ns3::TcpDctcp", "newreno": "ns3::TcpNewReno", "cubic": "ns3::TcpCubic"}
 IP_TCP_HEADERS = 40
@@ -62,30 +63,19 @@ class Ns3Network:
 
 def use_tag_simulator(h: SimpleNamespace) -> None:
     """Select the partition-tag simulator (must happen before any node or event exists)."""
-    h.ns.GlobalValue.Bind("SimulatorImplementationType", h.ns.StringValue("wormhole::TagSimulatorImpl"))
+    library(h.library).wh_use_tag_simulator()
 
 
 def configure_transport(h: SimpleNamespace, transport, seed: int) -> None:
-    """Set ns-3 defaults before any node exists; the same seed gives the same run."""
-    ns = h.ns
-    ns.RngSeedManager.SetSeed(max(1, seed))
-    ns.RngSeedManager.SetRun(1)
-    ns.RngSeedManager.ResetNextStreamIndex()
+    """Set ns-3 defaults before any node exists (wh_configure_tcp in ns3_patches/engine-api.cc
+    lists TCP's); the same seed gives the same run."""
+    lib = library(h.library)
+    lib.wh_seed(seed)
     if transport.kind == "rdma":
         return  # RDMA settings travel in its RdmaConfig (build_network)
-    h.wh.FlowEcmpRouting.SetHashSeed(seed)
-    sd = ns.Config.SetDefault
-    sd("ns3::TcpL4Protocol::SocketType", ns.StringValue(TCP_TYPES[transport.kind]))
-    sd("ns3::TcpSocket::SegmentSize", ns.UintegerValue(segment_size(transport)))
-    sd("ns3::TcpSocket::SndBufSize", ns.UintegerValue(transport.send_buffer))
-    sd("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(transport.recv_buffer))
-    sd("ns3::TcpSocket::InitialCwnd", ns.UintegerValue(transport.initial_cwnd))
-    sd("ns3::TcpSocket::DelAckCount", ns.UintegerValue(transport.delayed_ack_count))
-    # ns-3's 200 ms delayed-ACK default against a 1 ms MinRto leaves flows at cwnd 1 MSS.
-    sd("ns3::TcpSocket::DelAckTimeout", ns.TimeValue(ns.NanoSeconds(transport.delayed_ack_timeout)))
-    sd("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.NanoSeconds(transport.min_rto)))
-    sd("ns3::TcpSocketBase::ClockGranularity", ns.TimeValue(ns.MicroSeconds(1)))
-    sd("ns3::TcpSocketBase::Timestamp", ns.BooleanValue(transport.timestamps))
+    lib.wh_configure_tcp(TCP_TYPES[transport.kind].encode(), segment_size(transport), transport.send_buffer,
+                         transport.recv_buffer, transport.initial_cwnd, transport.delayed_ack_count,
+                         transport.delayed_ack_timeout, transport.min_rto, transport.timestamps, seed)
 
 
 def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: int, seed: int = 1) -> Ns3Network:
@@ -101,12 +91,12 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
         from .rdma import rdma_config
 
         params = transport.resolved()
-        config = rdma_config(h.wh, params)
+        config = rdma_config(lambda: _made(h, "rdma_config"), params)
         config.ecmpSeed = seed
-        builder = h.wh.RdmaNetwork()
+        builder = _made(h, "rdma_network")
         builder.Build(topology.n_nodes, is_host, len(links), a, b, rate, delay, config)
         builder.MonitorQueues(params.qlen_mon_start_ns, params.qlen_mon_end_ns, params.qlen_mon_interval_ns)
-        flows = h.wh.RdmaFlowManager(builder, n_flows)
+        flows = _made(h, "rdma_flow_manager", h.cppyy.addressof(builder), n_flows)
         # (DCTCP has no target rate: its rate stands in)
         keys = {"hpcc": ("rate_bps", "reference_rate_bps", "u"),
                 "hpcc-pint": ("rate_bps", "reference_rate_bps", "u"),
@@ -127,18 +117,34 @@ def build_network(h: SimpleNamespace, topology: Topology, transport, n_flows: in
                           utilization_cc=params.cc in ("hpcc", "hpcc-pint"), fair_share_cc=params.cc == "dcqcn",
                           u_target=params.u_target if params.cc == "hpcc" else 0.0,
                           ecn_kmin_bytes={int(rate): int(kmin) for rate, kmin, _, _ in params.ecn})
-    config = h.wh.QueueConfig()
+    config = _made(h, "queue_config")
     config.queuePackets = transport.queue_size
     config.ecnMarking = transport.kind == "dctcp"
     config.kminPackets = float(transport.ecn_kmin or 0)
     config.kmaxPackets = float(transport.ecn_kmax or 0)
     config.meanPacketBytes = transport.mtu
-    builder = h.wh.NetworkBuilder()
+    builder = _made(h, "tcp_network")
     builder.Build(topology.n_nodes, is_host, len(links), a, b, rate, delay, config)
-    flows = h.wh.FlowManager(builder, n_flows)
+    flows = _made(h, "tcp_flow_manager", h.cppyy.addressof(builder), n_flows)
     n_ports = int(builder.GetNPorts())
     return Ns3Network(h=h, builder=builder, flows=flows, n_ports=n_ports,
                       engine=_engine_api(h, builder, flows, n_ports, rdma=False))
+
+
+# What _made makes, by its name in ns3_patches/engine-api.cc.
+_CLASSES = {"queue_config": "wormhole::QueueConfig", "tcp_network": "wormhole::NetworkBuilder",
+            "tcp_flow_manager": "wormhole::FlowManager", "rdma_config": "wormhole::RdmaConfig",
+            "rdma_network": "wormhole::RdmaNetwork", "rdma_flow_manager": "wormhole::RdmaFlowManager"}
+
+
+def _made(h: SimpleNamespace, kind: str, *args):
+    """A new C++ object made by the patches (wh_<kind>_new: cppyy would compile its constructor,
+    members and all), bound for cppyy and deleted when its proxy goes."""
+    lib = library(h.library)
+    address = getattr(lib, f"wh_{kind}_new")(*args)
+    made = h.cppyy.bind_object(address, _CLASSES[kind])
+    weakref.finalize(made, getattr(lib, f"wh_{kind}_delete"), address)
+    return made
 
 
 def _engine_api(h: SimpleNamespace, builder, flows, n_ports: int, rdma: bool) -> EngineApi:

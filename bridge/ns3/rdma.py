@@ -1,6 +1,6 @@
 """RdmaParameters (bridge.scenario.hpcc_config) -> the C++ `wormhole::RdmaConfig` (ns3_patches/rdma.h).
 
-No ns-3 import here: the caller passes the loaded `wormhole` namespace (`h.wh`).
+No ns-3 import here: the caller passes what makes an empty config (bridge.ns3.network).
 """
 
 from __future__ import annotations
@@ -48,9 +48,10 @@ RDMA_CONFIG_FIELDS: dict[str, tuple[str, Callable[[object], object]]] = {
 }
 
 
-def rdma_config(wh, params: RdmaParameters):
-    """A filled `wh.RdmaConfig()`: every mapped field, then one ECN entry per link rate."""
-    config = wh.RdmaConfig()
+def rdma_config(make: Callable[[], object], params: RdmaParameters):
+    """A filled wormhole::RdmaConfig from `make()`: every mapped field, then one ECN entry per link
+    rate."""
+    config = make()
     for cxx, (name, convert) in RDMA_CONFIG_FIELDS.items():
         if not hasattr(config, cxx):  # a renamed C++ field must not become a silent Python attribute
             raise AttributeError(f"wormhole::RdmaConfig has no field {cxx!r} (see RDMA_CONFIG_FIELDS)")
