@@ -75,79 +75,31 @@ extern "C"
 
     // -- the objects the network is built from (deleted by the caller: wh_*_delete) -----------
     // (cppyy compiles each one's constructor the first time, members and all: NetworkBuilder's
-    // took 130 ms, RdmaConfig's 45 ms.)
+    // took 130 ms, RdmaConfig's 45 ms.) Each kind gets wh_<kind>_new(PARAMS) and wh_<kind>_delete.
 
-    QueueConfig*
-    wh_queue_config_new()
-    {
-        return new QueueConfig();
+#define WH_NEW_AND_DELETE(kind, Type, PARAMS, ARGS)                                                \
+    Type* wh_##kind##_new PARAMS                                                                   \
+    {                                                                                              \
+        return new Type ARGS;                                                                      \
+    }                                                                                              \
+    void wh_##kind##_delete(Type* object)                                                          \
+    {                                                                                              \
+        delete object;                                                                             \
     }
 
-    void
-    wh_queue_config_delete(QueueConfig* config)
-    {
-        delete config;
-    }
-
-    NetworkBuilder*
-    wh_tcp_network_new()
-    {
-        return new NetworkBuilder();
-    }
-
-    void
-    wh_tcp_network_delete(NetworkBuilder* network)
-    {
-        delete network;
-    }
-
-    FlowManager*
-    wh_tcp_flow_manager_new(NetworkBuilder* network, uint32_t nFlows)
-    {
-        return new FlowManager(network, nFlows);
-    }
-
-    void
-    wh_tcp_flow_manager_delete(FlowManager* manager)
-    {
-        delete manager;
-    }
-
-    RdmaConfig*
-    wh_rdma_config_new()
-    {
-        return new RdmaConfig();
-    }
-
-    void
-    wh_rdma_config_delete(RdmaConfig* config)
-    {
-        delete config;
-    }
-
-    RdmaNetwork*
-    wh_rdma_network_new()
-    {
-        return new RdmaNetwork();
-    }
-
-    void
-    wh_rdma_network_delete(RdmaNetwork* network)
-    {
-        delete network;
-    }
-
-    RdmaFlowManager*
-    wh_rdma_flow_manager_new(RdmaNetwork* network, uint32_t nFlows)
-    {
-        return new RdmaFlowManager(network, nFlows);
-    }
-
-    void
-    wh_rdma_flow_manager_delete(RdmaFlowManager* manager)
-    {
-        delete manager;
-    }
+    WH_NEW_AND_DELETE(queue_config, QueueConfig, (), ())
+    WH_NEW_AND_DELETE(tcp_network, NetworkBuilder, (), ())
+    WH_NEW_AND_DELETE(tcp_flow_manager,
+                      FlowManager,
+                      (NetworkBuilder * network, uint32_t nFlows),
+                      (network, nFlows))
+    WH_NEW_AND_DELETE(rdma_config, RdmaConfig, (), ())
+    WH_NEW_AND_DELETE(rdma_network, RdmaNetwork, (), ())
+    WH_NEW_AND_DELETE(rdma_flow_manager,
+                      RdmaFlowManager,
+                      (RdmaNetwork * network, uint32_t nFlows),
+                      (network, nFlows))
+#undef WH_NEW_AND_DELETE
 
     // -- the simulator ------------------------------------------------------------------------
 

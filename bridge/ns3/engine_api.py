@@ -148,19 +148,25 @@ class Table:
         return self._pop(self._completed(out), min(cap, len(out)))
 
 
+def _method(lib: ctypes.CDLL, prefix: str, address: int, name: str):
+    """The C entry point `prefix`_`name`, bound to the object at `address` (its first argument)."""
+    return partial(getattr(lib, f"{prefix}_{name}"), address)
+
+
 class Sender:
     """A connection's sender: wormhole::FlowSender (TCP) or wormhole::RdmaQp."""
 
     def __init__(self, lib: ctypes.CDLL, kind: str, address: int, state_buffer: _Reused):
         self._state_buffer = state_buffer
-        self.IsConnected = partial(getattr(lib, f"wh_{kind}_sender_is_connected"), address)
-        self.SetCongestionState = partial(getattr(lib, f"wh_{kind}_sender_set_congestion_state"), address)
-        self.GetUntransmittedOf = partial(getattr(lib, f"wh_{kind}_sender_untransmitted_of"), address)
-        self._get_state = partial(getattr(lib, f"wh_{kind}_sender_get_congestion_state"), address)
+        method = partial(_method, lib, f"wh_{kind}_sender", address)
+        self.IsConnected = method("is_connected")
+        self.SetCongestionState = method("set_congestion_state")
+        self.GetUntransmittedOf = method("untransmitted_of")
+        self._get_state = method("get_congestion_state")
         if kind == "rdma":
-            self.ShiftTimes = partial(lib.wh_rdma_sender_shift_times, address)
-            self.GetRetransmittedBytes = partial(lib.wh_rdma_sender_retransmitted_bytes, address)
-            self.GetTimeouts = partial(lib.wh_rdma_sender_timeouts, address)
+            self.ShiftTimes = method("shift_times")
+            self.GetRetransmittedBytes = method("retransmitted_bytes")
+            self.GetTimeouts = method("timeouts")
 
     def GetCongestionState(self, out: np.ndarray, cap: int) -> int:
         return self._get_state(self._state_buffer(out), min(cap, len(out)))
@@ -171,13 +177,14 @@ class Flows:
 
     def __init__(self, lib: ctypes.CDLL, kind: str, address: int):
         self._lib, self._kind = lib, kind
-        self.OpenConnection = partial(getattr(lib, f"wh_{kind}_open_connection"), address)
-        self.SkipFlow = partial(getattr(lib, f"wh_{kind}_skip_flow"), address)
-        self._start = partial(getattr(lib, f"wh_{kind}_start_flow"), address)
-        self._path = partial(getattr(lib, f"wh_{kind}_connection_path"), address)
-        self._sender = partial(getattr(lib, f"wh_{kind}_sender"), address)
+        method = partial(_method, lib, f"wh_{kind}", address)
+        self.OpenConnection = method("open_connection")
+        self.SkipFlow = method("skip_flow")
+        self._start = method("start_flow")
+        self._path = method("connection_path")
+        self._sender = method("sender")
         if kind == "rdma":
-            self.Resume = partial(lib.wh_rdma_resume, address)
+            self.Resume = method("resume")
         self.table = Table(lib, getattr(lib, f"wh_{kind}_table")(address))
         self._state_buffer = _Reused(np.float64)      # (the engine reads every sender's into one)
 
