@@ -177,25 +177,57 @@ extern "C"
         return table->PopCompleted(out, cap);
     }
 
-    // -- TCP: FlowManager and its senders -----------------------------------------------------
+    // -- the flow managers and their senders: TCP's FlowManager and FlowSender, RDMA's
+    // RdmaFlowManager and RdmaQp, behind the same entry points (wh_tcp_*, wh_rdma_*) ----------
 
-    FlowTable*
-    wh_tcp_table(FlowManager* manager)
-    {
-        return &manager->GetTable();
+#define WH_FLOW_MANAGER(kind, Manager)                                                             \
+    FlowTable* wh_##kind##_table(Manager* manager)                                                 \
+    {                                                                                              \
+        return &manager->GetTable();                                                               \
+    }                                                                                              \
+    uint32_t wh_##kind##_open_connection(Manager* manager, uint32_t src, uint32_t dst)             \
+    {                                                                                              \
+        return manager->OpenConnection(src, dst);                                                  \
+    }                                                                                              \
+    uint32_t wh_##kind##_connection_path(const Manager* manager,                                   \
+                                         uint32_t conn,                                            \
+                                         uint32_t* out,                                            \
+                                         uint32_t cap)                                             \
+    {                                                                                              \
+        return manager->GetConnectionPath(conn, out, cap);                                         \
+    }                                                                                              \
+    uint64_t wh_##kind##_skip_flow(Manager* manager, uint32_t flow, uint32_t conn, uint64_t bytes) \
+    {                                                                                              \
+        return manager->SkipFlow(flow, conn, bytes);                                               \
     }
 
-    uint32_t
-    wh_tcp_open_connection(FlowManager* manager, uint32_t src, uint32_t dst)
-    {
-        return manager->OpenConnection(src, dst);
+#define WH_SENDER(kind, Sender)                                                                    \
+    int wh_##kind##_sender_is_connected(const Sender* sender)                                      \
+    {                                                                                              \
+        return sender->IsConnected();                                                              \
+    }                                                                                              \
+    uint32_t wh_##kind##_sender_get_congestion_state(const Sender* sender,                         \
+                                                     double* out,                                  \
+                                                     uint32_t cap)                                 \
+    {                                                                                              \
+        return sender->GetCongestionState(out, cap);                                               \
+    }                                                                                              \
+    /* TCP: cwnd, ssthresh, DCTCP's alpha; RDMA: rate, target rate, DCQCN's alpha */               \
+    void wh_##kind##_sender_set_congestion_state(Sender* sender, double a, double b, double c)     \
+    {                                                                                              \
+        sender->SetCongestionState(a, b, c);                                                       \
+    }                                                                                              \
+    uint64_t wh_##kind##_sender_untransmitted_of(const Sender* sender, uint32_t flow)              \
+    {                                                                                              \
+        return sender->GetUntransmittedOf(flow);                                                   \
     }
 
-    uint32_t
-    wh_tcp_connection_path(const FlowManager* manager, uint32_t conn, uint32_t* out, uint32_t cap)
-    {
-        return manager->GetConnectionPath(conn, out, cap);
-    }
+    WH_FLOW_MANAGER(tcp, FlowManager)
+    WH_SENDER(tcp, FlowSender)
+    WH_FLOW_MANAGER(rdma, RdmaFlowManager)
+    WH_SENDER(rdma, RdmaQp)
+#undef WH_FLOW_MANAGER
+#undef WH_SENDER
 
     void
     wh_tcp_start_flow(FlowManager* manager, uint32_t flow, uint32_t conn, uint64_t bytes, int /* kick */)
@@ -203,60 +235,10 @@ extern "C"
         manager->StartFlow(flow, conn, bytes); // (TCP holds no flow back: episodes are RDMA's)
     }
 
-    uint64_t
-    wh_tcp_skip_flow(FlowManager* manager, uint32_t flow, uint32_t conn, uint64_t bytes)
-    {
-        return manager->SkipFlow(flow, conn, bytes);
-    }
-
     FlowSender*
     wh_tcp_sender(const FlowManager* manager, uint32_t conn)
     {
         return ns3::PeekPointer(manager->GetSender(conn)); // (its node keeps it)
-    }
-
-    int
-    wh_tcp_sender_is_connected(const FlowSender* sender)
-    {
-        return sender->IsConnected();
-    }
-
-    uint32_t
-    wh_tcp_sender_get_congestion_state(const FlowSender* sender, double* out, uint32_t cap)
-    {
-        return sender->GetCongestionState(out, cap);
-    }
-
-    void
-    wh_tcp_sender_set_congestion_state(FlowSender* sender, double a, double b, double c)
-    {
-        sender->SetCongestionState(a, b, c);
-    }
-
-    uint64_t
-    wh_tcp_sender_untransmitted_of(const FlowSender* sender, uint32_t flow)
-    {
-        return sender->GetUntransmittedOf(flow);
-    }
-
-    // -- RDMA: RdmaFlowManager and its queue pairs --------------------------------------------
-
-    FlowTable*
-    wh_rdma_table(RdmaFlowManager* manager)
-    {
-        return &manager->GetTable();
-    }
-
-    uint32_t
-    wh_rdma_open_connection(RdmaFlowManager* manager, uint32_t src, uint32_t dst)
-    {
-        return manager->OpenConnection(src, dst);
-    }
-
-    uint32_t
-    wh_rdma_connection_path(const RdmaFlowManager* manager, uint32_t conn, uint32_t* out, uint32_t cap)
-    {
-        return manager->GetConnectionPath(conn, out, cap);
     }
 
     void
@@ -271,40 +253,10 @@ extern "C"
         manager->Resume(conn);
     }
 
-    uint64_t
-    wh_rdma_skip_flow(RdmaFlowManager* manager, uint32_t flow, uint32_t conn, uint64_t bytes)
-    {
-        return manager->SkipFlow(flow, conn, bytes);
-    }
-
     RdmaQp*
     wh_rdma_sender(const RdmaFlowManager* manager, uint32_t conn)
     {
         return manager->GetSender(conn);
-    }
-
-    int
-    wh_rdma_sender_is_connected(const RdmaQp* qp)
-    {
-        return qp->IsConnected();
-    }
-
-    uint32_t
-    wh_rdma_sender_get_congestion_state(const RdmaQp* qp, double* out, uint32_t cap)
-    {
-        return qp->GetCongestionState(out, cap);
-    }
-
-    void
-    wh_rdma_sender_set_congestion_state(RdmaQp* qp, double rate, double target, double alpha)
-    {
-        qp->SetCongestionState(rate, target, alpha);
-    }
-
-    uint64_t
-    wh_rdma_sender_untransmitted_of(const RdmaQp* qp, uint32_t flow)
-    {
-        return qp->GetUntransmittedOf(flow);
     }
 
     void
