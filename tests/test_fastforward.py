@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from bridge import api
 from bridge.cli import main
-from bridge.engine.state import NEVER, Deadlines
+from bridge.engine.computed_ends import ComputedEnds
+from bridge.engine.state import NEVER, Deadlines, Frozen, PartitionState
 from bridge.errors import ScenarioError
 
 LINK = {"rate": "100Gbps", "delay": "1us"}
@@ -528,3 +529,47 @@ def test_deadlines_keep_their_earliest(ops):
             del plain[flow]
         assert deadlines.earliest() == min(plain.values(), default=NEVER)
         assert dict(deadlines) == plain
+
+
+class _Checks(ComputedEnds):
+    """The engine's end checks alone: partitions frozen with checks, and which checks would thaw."""
+
+    def __init__(self, checks: dict[int, dict[int, int]], thawing: set[int]):
+        self.state = {}
+        for pid, flows in checks.items():
+            frozen = Frozen(group=pid, since_ns=0, until_ns=NEVER, rates={})
+            for flow, ns in flows.items():
+                frozen.checks[flow] = ns
+            self.state[pid] = PartitionState(since_ns=0, frozen=frozen)
+        self.thawing, self.settled = thawing, []
+
+    def _end_thaws(self, frozen, flow, now):
+        return flow in self.thawing
+
+    def _steady_test_at(self, ns):
+        return False
+
+
+@given(st.dictionaries(st.integers(0, 3), st.dictionaries(st.integers(0, 20), st.integers(1, 30), max_size=5)),
+       st.sets(st.integers(0, 20)), st.integers(1, 40), st.integers(1, 40))
+def test_checks_settled_ahead_of_a_slice_are_those_before_the_first_that_thaws(checks, thawing, before, ended):
+    """Checks done ahead of a run slice (_settle_checks): every one due before the first that would
+    thaw its partition (or before `before`), which is when the slice ends; a slice that ends
+    earlier (at `ended`) puts back those not yet due, and only those."""
+    # (a flow's checks in one partition: flows are numbered apart across partitions)
+    checks = {pid: {pid * 100 + f: ns for f, ns in flows.items()} for pid, flows in checks.items()}
+    thawing = {pid * 100 + f for pid in checks for f in thawing}
+    engine = _Checks(checks, thawing)
+    every = sorted((ns, flow) for flows in checks.values() for flow, ns in flows.items() if ns < before)
+    first_thaw = next((ns for ns, flow in every if flow in thawing), NEVER)
+    wake = engine._settle_checks(before)
+    assert wake == first_thaw
+    assert sorted((ns, flow) for _, flow, ns in engine.settled) == [(ns, f) for ns, f in every if ns < first_thaw]
+    left = {flow: ns for st_ in engine.state.values() for flow, ns in st_.frozen.checks.items()}
+    assert left == {flow: ns for flows in checks.values() for flow, ns in flows.items()
+                    if not (ns < before and ns < first_thaw)}
+    engine._unsettle_checks(min(ended, wake))
+    back = {flow: ns for st_ in engine.state.values() for flow, ns in st_.frozen.checks.items()}
+    assert back == {flow: ns for flows in checks.values() for flow, ns in flows.items()
+                    if ns >= min(ended, wake) or ns >= min(before, first_thaw)}
+    assert engine.settled == []

@@ -249,8 +249,9 @@ class Executor:
                 self.ff.prepare(now)
             next_ns = min(self.ready[0][0] if self.ready else NEVER,
                           self.computing[0][0] if self.computing else NEVER,
-                          self.ff.next_wakeup_ns() if self.ff is not None else NEVER,
                           self.stop_time_ns)
+            if self.ff is not None:
+                next_ns = min(next_ns, self.ff.next_wakeup_ns(now, next_ns))
             if next_ns == NEVER and self.flows_running == 0:
                 stop_reason = "stalled: no task can start"
                 break
@@ -262,7 +263,7 @@ class Executor:
                 break
             now = run_until(int(next_ns))
             if self.ff is not None:
-                self.ff.slice_ran()
+                self.ff.slice_ran(now)
             self._collect_completed_flows(now)
             while self.computing and self.computing[0][0] <= now:
                 finish, task_id = heapq.heappop(self.computing)

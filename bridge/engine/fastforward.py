@@ -110,6 +110,8 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
         self._nic_shares_of: dict[tuple[int, ...], np.ndarray] = {}   # _nic_shares, alike
         self.next_check_ns = spec.tau * (spec.window + 1)
         self.all_frozen = False                          # since the last run slice (next_wakeup_ns)
+        self._test_period = spec.tau * max(1, spec.window // 2)   # the steady test's
+        self.settled: list[tuple[Frozen, int, int]] = []  # checks done ahead of the slice (_settle_checks)
         self.stats = FastForwardStats()
         self._path_buf = np.zeros(256, dtype=np.uint32)
         self._tag_buf = np.zeros(1, dtype=np.uint32)
@@ -334,12 +336,16 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
                 self._apply_or_watch(part, now)
         self.stats.control_s += time.perf_counter() - t0
 
-    def next_wakeup_ns(self) -> int:
-        planned, unfrozen = NEVER, False      # (one pass: it runs after every run slice)
+    def next_wakeup_ns(self, now: int, until_ns: int) -> int:
+        """When the engine needs the next run slice to end: by `until_ns` (the executor's next
+        release, compute end or stop time) or earlier. Flows' end checks that would change nothing
+        are done here instead (_settle_checks)."""
+        planned, checks, unfrozen = NEVER, NEVER, False      # (one pass: it runs after every run slice)
         for s in self.state.values():
             frozen = s.frozen
             if frozen is not None:
-                planned = min(planned, frozen.until_ns, frozen.ends.earliest(), frozen.checks.earliest())
+                planned = min(planned, frozen.until_ns, frozen.ends.earliest())
+                checks = min(checks, frozen.checks.earliest())
             else:
                 unfrozen = True
                 if s.forming is not None and s.forming.record_ns < planned:
@@ -347,9 +353,20 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
         # The steady test has nothing to look at while every partition is frozen: no wake-up for it
         # then (gpt-xl-dcqcn: 3,441 tests -> 161; wakeup keeps their times as they were).
         self.all_frozen = bool(self.state) and not unfrozen
-        return min(planned, min(self.pending_ends.values(), default=NEVER),
-                   min(self.retry_at.values(), default=NEVER),
-                   self.next_check_ns if self.enabled and unfrozen else NEVER)
+        planned = min(planned, min(self.pending_ends.values(), default=NEVER),
+                      min(self.retry_at.values(), default=NEVER),
+                      self.next_check_ns if self.enabled and unfrozen else NEVER)
+        if now < checks < min(planned, until_ns):
+            t0 = time.perf_counter()
+            checks = self._settle_checks(min(planned, until_ns))
+            self.stats.control_s += time.perf_counter() - t0
+        return min(planned, checks)
+
+    def _steady_test_at(self, ns: int) -> bool:
+        """Whether a run slice ending at `ns` would run the steady test while every partition is
+        frozen (wakeup: one due on the dot)."""
+        return (self.enabled and self.all_frozen and ns >= self.next_check_ns
+                and (ns - self.next_check_ns) % self._test_period == 0)
 
     def wakeup(self, now: int) -> None:
         """After each run slice: skip-backs, planned thaws, then the steady test if due."""
@@ -378,7 +395,7 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
             # first run slice tests at once and the count restarts from it. Tests skipped because
             # every partition was frozen (next_wakeup_ns) would have found nothing: their count goes
             # on, and one due right now runs.
-            period = self.spec.tau * max(1, self.spec.window // 2)
+            period = self._test_period
             if self.all_frozen:
                 missed = (now - self.next_check_ns) // period
                 due = self.next_check_ns + missed * period == now
@@ -391,8 +408,11 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
             self.memo.flush_if_due()
         self.stats.control_s += time.perf_counter() - t0
 
-    def slice_ran(self) -> None:
-        """After each run slice, before anything changes the partitions: count its events."""
+    def slice_ran(self, now: int) -> None:
+        """After each run slice, before anything changes the partitions: the settled checks still
+        ahead come back (_unsettle_checks); count its events."""
+        if self.settled:
+            self._unsettle_checks(now)
         if self.ledger is not None:
             self.ledger.read(self.parts, self._mode_of)
 
