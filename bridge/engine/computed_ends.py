@@ -63,7 +63,7 @@ class ComputedEnds:
         engine's state and the frozen QPs' (held while frozen): asked ahead (_settle_checks), it
         answers as at `now` while no run slice ends before."""
         conn = self.conn_of[flow]
-        return (not self.queued.get(conn) and self._sends_data_through(frozen, flow, self.ports_of[conn].data)
+        return (not self.queued.get(conn) and bool(self._data_through(frozen, flow, self.ports_of[conn].data))
                 and self._shares_hold(frozen, flow, now) is None)
 
     def _settle_checks(self, before_ns: int) -> int:
@@ -121,7 +121,7 @@ class ComputedEnds:
                 self._thaw(pid, now, planned=True)
         elif successor is not None:
             self._take_over(frozen, flow, successor, now)
-        elif self._sends_data_through(frozen, flow, self.ports_of[conn].data):
+        elif self._data_through(frozen, flow, self.ports_of[conn].data):
             gains = self._share_gains(frozen, flow, now)
             if gains is None:
                 self._thaw(pid, now, planned=True)
@@ -329,17 +329,6 @@ class ComputedEnds:
         own, order, done = self.conn_of[flow], frozen.order, frozen.done
         return {p for p in ports
                 if any(c != own and c in order and order[c][-1] not in done for c in self.data_conns.get(p, ()))}
-
-    def _sends_data_through(self, frozen: Frozen, flow: int, ports) -> bool:
-        """Whether another flow of the frozen partition, still sending, has data leaving by one of
-        `ports` (_data_through, stopping at the first: a flow's every check and end asks)."""
-        own, order, done = self.conn_of[flow], frozen.order, frozen.done
-        data_conns = self.data_conns
-        for p in ports:
-            for c in data_conns.get(p, ()):
-                if c != own and c in order and order[c][-1] not in done:
-                    return True
-        return False
 
     def _take_over(self, frozen: Frozen, flow: int, successor: int, now: int) -> None:
         """`successor`, the next flow of `flow`'s connection, starts inside the frozen partition."""
