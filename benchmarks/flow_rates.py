@@ -1,13 +1,15 @@
-"""Delivered bytes of chosen flows over a window of a stock run, sampled at a fixed step.
+"""Bytes sent and delivered of chosen flows over a window of a stock run, sampled at a fixed step.
 
     python benchmarks/flow_rates.py moe-bench-dcqcn --flows 2825,2910 --from 1.44ms --to 1.52ms --out out/rates
 
 What flows.csv cannot tell: how a flow's rate moved while it ran (where an accelerated run's
 model parts from stock's, say). Runs stock ns-3 in this process, stopping it every `--step` inside
-the window to read the flows' delivered bytes from the flow table; each stop is one more event
-but moves nothing (moe-bench-dcqcn: flows.csv byte for byte stock's). Writes OUT/rates.csv (time_ns, flow_id, delivered_bytes, gbps:
-the rate over the step before) beside the run's outputs and prints each flow's mean rate over
-`--every` steps.
+the window to read the flows' bytes sent and delivered; each stop is one more event but moves
+nothing (moe-bench-dcqcn: flows.csv byte for byte stock's). Writes OUT/rates.csv (time_ns,
+flow_id, sent_bytes, delivered_bytes) beside the run's outputs and prints each flow's mean rates
+over `--every` steps (bytes sent but not delivered are in flight or queued: what a model of
+shares alone misses).
+Sent is what the RDMA QP has transmitted; on TCP, what the socket has taken (it buffers it).
 """
 
 from __future__ import annotations
@@ -31,48 +33,64 @@ from bridge.units import parse_time  # noqa: E402
 
 class Sampler:
     """Splits the run loop's RunUntil calls at the step's multiples inside [start, end) and keeps
-    the flow table's delivered bytes after each."""
+    each chosen flow's bytes sent (its size less what its sender has not sent yet) and delivered
+    (the flow table's) after each."""
 
-    def __init__(self, start_ns: int, end_ns: int, step_ns: int):
-        self.start_ns, self.end_ns, self.step_ns = start_ns, end_ns, step_ns
+    def __init__(self, flows: list[int], start_ns: int, end_ns: int, step_ns: int):
+        self.flows, self.start_ns, self.end_ns, self.step_ns = flows, start_ns, end_ns, step_ns
         self.times: list[int] = []
-        self.delivered: list[np.ndarray] = []
-        self.flow_index: dict[int, int] = {}
+        self.sent: list[list[int]] = []
+        self.delivered: list[list[int]] = []
+        self.executor: executor.Executor | None = None
 
     def install(self) -> None:
         sampler, init, run = self, engine_api.EngineApi.__init__, executor.Executor.run
 
         def sampled_init(api, *args):
             init(api, *args)
-            api.run_until = sampler.wrap(api.run_until, api.now_ns, api.table)
+            api.run_until = sampler.wrap(api)
 
         def kept_run(ex):
-            execution = run(ex)
-            sampler.flow_index = dict(ex.flow_index)
-            return execution
+            sampler.executor = ex
+            return run(ex)
 
         engine_api.EngineApi.__init__ = sampled_init
         executor.Executor.run = kept_run
 
-    def wrap(self, run_until, now_ns, table):
+    def known(self) -> bool:
+        return all(f in self.executor.flow_index for f in self.flows)
+
+    def wrap(self, api):
+        run_until = api.run_until
+
         def run(until: int) -> int:
-            now = now_ns()
+            now = api.now_ns()
             if until > self.start_ns and now < self.end_ns:
                 stop = (max(now, self.start_ns) // self.step_ns + 1) * self.step_ns
                 if stop < until:      # (the loop calls again: the executor sees a short slice)
                     now = run_until(stop)   # (earlier where ns-3 stops for a completion)
-                    if now >= self.start_ns:
-                        self._keep(now, table.delivered)
+                    if now >= self.start_ns and self.known():
+                        self._keep(now, api)
                     return now
             return run_until(until)
         return run
 
-    def _keep(self, now: int, delivered: np.ndarray) -> None:
+    def _keep(self, now: int, api) -> None:
+        ex = self.executor
+        sent, delivered = [], []
+        for flow in self.flows:
+            index = ex.flow_index[flow]
+            delivered.append(api.table.GetDelivered(index))
+            conn = ex.connection_of.get(flow)
+            untransmitted = ex.flows[index].size if conn is None else \
+                api.flows.GetSender(conn).GetUntransmittedOf(index)
+            sent.append(ex.flows[index].size - untransmitted)
         if self.times and self.times[-1] == now:
-            self.delivered[-1] = delivered.copy()
+            self.sent[-1], self.delivered[-1] = sent, delivered
         else:
             self.times.append(now)
-            self.delivered.append(delivered.copy())
+            self.sent.append(sent)
+            self.delivered.append(delivered)
 
 
 def main() -> None:
@@ -92,31 +110,31 @@ def main() -> None:
         sys.exit(f"error: {err}")
     if not 0 < step <= end - start:
         sys.exit("error: --step must be positive and no longer than the window")
-    sampler = Sampler(start, end, step)
+    sampler = Sampler(flows, start, end, step)
     sampler.install()
     simulate(load_scenario(scenario_path(args.scenario)), args.out, RunOptions())
-    unknown = [f for f in flows if f not in sampler.flow_index]
-    if unknown:
-        sys.exit(f"error: --flows: no flow {unknown[0]} in {args.scenario}'s flows.csv")
+    if not sampler.known():
+        unknown = next(f for f in flows if f not in sampler.executor.flow_index)
+        sys.exit(f"error: --flows: no flow {unknown} in {args.scenario}'s flows.csv")
     if len(sampler.times) < 2:
         sys.exit("error: the run never reached the window (--from/--to)")
     times = np.array(sampler.times)
-    delivered = np.array(sampler.delivered)[:, [sampler.flow_index[f] for f in flows]]
-    gbps = np.vstack([np.zeros(len(flows)), np.diff(delivered, axis=0) * 8 / np.diff(times)[:, None]])
+    sent, delivered = np.array(sampler.sent), np.array(sampler.delivered)
     with (args.out / "rates.csv").open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["time_ns", "flow_id", "delivered_bytes", "gbps"])
+        writer.writerow(["time_ns", "flow_id", "sent_bytes", "delivered_bytes"])
         for row, t in enumerate(times):
             for col, flow in enumerate(flows):
-                writer.writerow([int(t), flow, int(delivered[row, col]), round(float(gbps[row, col]), 3)])
+                writer.writerow([int(t), flow, int(sent[row, col]), int(delivered[row, col])])
     # (ns-3 also stops at completions: more samples than steps, so the means are over time blocks)
     marks = np.searchsorted(times, np.arange(times[0], times[-1] + 1, args.every * step)).tolist()
     marks.append(len(times) - 1)
-    print(f"mean Gbps over every {args.every} x {args.step} from {int(times[0])} ns:")
+    blocks = [(a, b) for a, b in zip(marks, marks[1:]) if b > a]
+    print(f"mean Gbps sent / delivered over every {args.every} x {args.step} from {int(times[0])} ns:")
     for col, flow in enumerate(flows):
-        means = [(delivered[b, col] - delivered[a, col]) * 8 / (times[b] - times[a])
-                 for a, b in zip(marks, marks[1:]) if b > a]
-        print(f"  flow {flow}: " + " ".join(f"{m:.0f}" for m in means))
+        means = [f"{(sent[b, col] - sent[a, col]) * 8 / (times[b] - times[a]):.0f}/"
+                 f"{(delivered[b, col] - delivered[a, col]) * 8 / (times[b] - times[a]):.0f}" for a, b in blocks]
+        print(f"  flow {flow}: " + " ".join(means))
     print(f"wrote {args.out / 'rates.csv'}")
 
 

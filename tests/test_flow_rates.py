@@ -1,4 +1,4 @@
-"""benchmarks/flow_rates.py: sampling a stock run's flows moves nothing and counts their bytes."""
+"""benchmarks/flow_rates.py: sampling a stock run's flows moves nothing and counts their bytes sent and delivered."""
 
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ def test_samples_leave_the_run_as_stock_and_reach_each_flows_size(tmp_path):
     for flow, trace in rates.groupby("flow_id"):
         row = sampled.set_index("flow_id").loc[flow]
         assert row.end_ns < 40_000                          # (it ends inside the window)
-        assert trace.delivered_bytes.is_monotonic_increasing
-        assert trace.delivered_bytes.iloc[-1] == row.size_bytes
+        assert trace.delivered_bytes.is_monotonic_increasing and trace.sent_bytes.is_monotonic_increasing
+        assert (trace.sent_bytes >= trace.delivered_bytes).all()
+        assert trace.delivered_bytes.iloc[-1] == trace.sent_bytes.iloc[-1] == row.size_bytes
         assert trace[trace.time_ns < row.start_ns].delivered_bytes.max() == 0
 
 
