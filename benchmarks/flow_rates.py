@@ -24,6 +24,7 @@ import numpy as np
 from checkouts import ROOT, scenario_path
 
 sys.path.insert(0, str(ROOT))
+from bridge.errors import ScenarioError  # noqa: E402
 from bridge.ns3 import engine_api  # noqa: E402
 from bridge.engine import executor  # noqa: E402
 from bridge.scenario import load_scenario  # noqa: E402
@@ -108,11 +109,15 @@ def main() -> None:
         flows = [int(f) for f in args.flows.split(",")]
     except ValueError as err:
         sys.exit(f"error: {err}")
-    if not 0 < step <= end - start:
-        sys.exit("error: --step must be positive and no longer than the window")
+    if not 0 < step <= end - start or args.every < 1:
+        sys.exit("error: --step must be positive and no longer than the window, --every at least 1")
+    try:
+        scenario = load_scenario(scenario_path(args.scenario))
+    except ScenarioError as err:
+        sys.exit(f"error: {err}")
     sampler = Sampler(flows, start, end, step)
     sampler.install()
-    simulate(load_scenario(scenario_path(args.scenario)), args.out, RunOptions())
+    simulate(scenario, args.out, RunOptions())
     if not sampler.known():
         unknown = next(f for f in flows if f not in sampler.executor.flow_index)
         sys.exit(f"error: --flows: no flow {unknown} in {args.scenario}'s flows.csv")
