@@ -839,6 +839,12 @@ def test_an_episode_holds_the_flows_its_own_completions_start(tmp_path):
     replies = plain.flows.src.isin([0, 4])
     assert (plain.flows.bytes_skipped[~replies] == 0).all()
     assert chained.summary["events"] < plain.summary["events"]
+    # summary.json says why: the plain run gave up both incasts' watches at their replies (and
+    # watched and kept the partition the first reply formed, which the second reply replays).
+    watches = plain.summary["accel"]["episode_watches"]
+    assert (watches["watched"], watches["completed"], watches["given_up"]["flow_start"]) == (3, 1, 2), watches
+    watches = chained.summary["accel"]["episode_watches"]
+    assert (watches["watched"], watches["completed"], sum(watches["given_up"].values())) == (1, 1, 0), watches
 
 
 def test_episodes_are_turned_off_on_the_command_line(tmp_path):

@@ -186,8 +186,8 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
                     self.episode_of[flow] = holder        # as expected: the watched episode goes on
                     holder.leads[flow] = holder.formed_ns - now
                 else:
-                    self._abandon(holder)
-        self._abandon_episodes(touched, keep=self.episode_of.get(flow))
+                    self._abandon(holder, "expected_elsewhen")
+        self._abandon_episodes(touched, "flow_start", keep=self.episode_of.get(flow))
         if len(touched) == 1:
             pid = next(iter(touched))
             frozen = self.state[pid].frozen
@@ -497,7 +497,7 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
     def _freeze(self, part: Partition, st: PartitionState, frozen: Frozen, now: int) -> None:
         tags = np.array(part.tags(self.net.n_ports), dtype=np.uint32)
         frozen.group = self.sim.Freeze(tags, len(tags))
-        self._abandon_episodes([part.id])
+        self._abandon_episodes([part.id], "freeze")
         for flow in part.flows:               # the model ends it now (an episode left it few bytes)
             self.pending_ends.pop(flow, None)
         if frozen.episode:

@@ -283,6 +283,7 @@ class Episode:
     expected: dict[int, int] = field(default_factory=dict)
     waits: dict[int, frozenset[int]] = field(default_factory=dict)  # a flow its flows start -> those
     joins: bool = False           # formed with flows expected
+    given_up: bool = False        # the watch ended before its last flow completed (not recorded)
 
 
 @dataclass
@@ -305,6 +306,12 @@ class ModeInterval:
     flows: int
 
 
+# What ends the watch of an episode before its last flow completes: a flow starting on its ports
+# that it did not expect, a flow it expected starting elsewhen or beside other partitions, a
+# flow's successor taking over its QP, the partition freezing (a steady test or a fair start).
+EPISODE_WATCH_ENDS = ("flow_start", "expected_elsewhen", "successor", "freeze")
+
+
 @dataclass
 class FastForwardStats:
     freezes: int = 0
@@ -316,6 +323,11 @@ class FastForwardStats:
     handovers: int = 0            # ... whose connection's next flow took over, still frozen
     episodes_interrupted: int = 0  # episode hits thawed before their last flow completed (skip-backs)
     episode_joins: int = 0        # flows an episode hit expected that started inside it, still frozen
+    # Episodes watched after a miss, completed (every flow did: recorded), and given up by what ended the
+    # watch first (EPISODE_WATCH_ENDS): what a warm store cannot hold.
+    episodes_watched: int = 0
+    episodes_completed: int = 0
+    episodes_given_up: dict[str, int] = field(default_factory=lambda: dict.fromkeys(EPISODE_WATCH_ENDS, 0))
     fair_starts: int = 0          # partitions frozen at their fair shares as they formed
     fair_joins: int = 0           # flows that started inside such a partition, its shares holding
     checks: int = 0

@@ -184,6 +184,7 @@ class MemoizedTransients:
         expected = {f: at for f, (at, _) in joins.items()}
         added = [*joins, *chains]
         if hit is None:
+            self.stats.episodes_watched += 1
             episode = Episode(graph, now, {**left, **{f: self.flow_sizes[f] for f in added}},
                               {**{f: self.table.GetDelivered(f) for f in flows}, **{f: 0 for f in added}},
                               {**leads, **{f: now - at for f, at in expected.items()}},
@@ -290,11 +291,12 @@ class MemoizedTransients:
         its last flow has. A successor taking over its ports ends the watch."""
         episode = self.episode_of.pop(flow)
         if successor is not None:
-            self._abandon(episode)
+            self._abandon(episode, "successor")
             return
         episode.ends[flow] = now - episode.formed_ns + episode.leads[flow]
         episode.states[flow] = self._congestion_state(flow)
         if len(episode.ends) == len(episode.left):
+            self.stats.episodes_completed += 1
             rates = {f: left / max(1, episode.ends[f]) for f, left in episode.left.items()}
             self.memo.record(episode.graph, max(episode.ends.values()), episode.left, rates, episode.states,
                              ends=episode.ends, progress=self._progress(episode), leads=episode.leads)
@@ -312,17 +314,20 @@ class MemoizedTransients:
                               (self.delivered[:n, flow][inside].astype(np.int64) - episode.delivered[flow]).tolist())
         return progress
 
-    def _abandon_episodes(self, pids, keep: Episode | None = None) -> None:
-        """Something touched these partitions: the episodes watched in them are not kept (but
-        `keep`, which the flow touching them joins as expected)."""
+    def _abandon_episodes(self, pids, why: str, keep: Episode | None = None) -> None:
+        """Something (`why`, one of EPISODE_WATCH_ENDS) touched these partitions: the episodes
+        watched in them are not kept (but `keep`, which the flow touching them joins as expected)."""
         if self.episode_of:
             for pid in pids:
                 for flow in self.parts.by_id[pid].flows:
                     episode = self.episode_of.get(flow)
                     if episode is not None and episode is not keep:
-                        self._abandon(episode)
+                        self._abandon(episode, why)
 
-    def _abandon(self, episode: Episode) -> None:
+    def _abandon(self, episode: Episode, why: str) -> None:
+        if not episode.given_up:
+            episode.given_up = True
+            self.stats.episodes_given_up[why] += 1
         for flow in episode.left:
             if self.episode_of.get(flow) is episode:
                 del self.episode_of[flow]

@@ -222,6 +222,8 @@ def accel_summary(ff, flows: pd.DataFrame, spec) -> dict:
             "flow_ends": "computed" if ff.computed_ends else "simulated",
             "ends_computed": s.ends_computed, "handovers_frozen": s.handovers,
             "episodes_interrupted": s.episodes_interrupted, "episode_joins": s.episode_joins,
+            "episode_watches": {"watched": s.episodes_watched, "completed": s.episodes_completed,
+                                "given_up": dict(s.episodes_given_up)},
             "fair_starts": s.fair_starts, "fair_joins": s.fair_joins,
             "partition_time_ns": {"simulate": int(simulate_ns), "frozen": int(s.frozen_ns)},
             "control_wall_s": round(s.control_s, 3), "tagging_errors": ff.tagging_errors(),
