@@ -49,6 +49,10 @@ def _add_engine_settings(parser: argparse.ArgumentParser) -> None:
                         help="DCQCN, HPCC: freeze partitions as they form at fair shares set by the NICs "
                         "alone (default), or by switch ports too (links: faster on the GPT benches, "
                         "off them often less exact: README Known limits)")
+    parser.add_argument("--hpcc-recovery", type=float, metavar="FRACTION",
+                        help="HPCC with --fair-shares links: freeze QPs meeting at a full switch port as they "
+                        "form only where HPCC's recovery from their overload costs each at most this "
+                        "fraction of its time left (default 0.025; higher is faster and less exact)")
     parser.add_argument("--explain-events", action="store_true", default=None,
                         help="count the simulated events by what the engine did with their partition and "
                         "by collective (summary.json accel.events_by)")
@@ -58,7 +62,7 @@ def _accel_overrides(args: argparse.Namespace) -> dict | None:
     given = {k: v for k, v in (("theta", args.theta), ("window", args.window), ("tau", args.tau),
                                ("coarse", args.coarse), ("flow_ends", args.flow_ends),
                                ("episodes", args.episodes), ("fair_start", args.fair_start),
-                               ("fair_shares", args.fair_shares),
+                               ("fair_shares", args.fair_shares), ("hpcc_recovery", args.hpcc_recovery),
                                ("explain_events", args.explain_events))
              if v is not None}
     return given or None

@@ -282,6 +282,11 @@ class AccelSpec(_Spec):
     # go on from their shares (gpt-bench-hpcc cold: 24.7x, FCT p99 4.38 %). Off the
     # ROFT benches no better than "nics" (leaf-spine, tiny scenarios: README Known limits).
     fair_shares: Literal["nics", "links"] = "nics"
+    # HPCC with "links": QPs meeting at a full switch port freeze as they form only where HPCC's
+    # recovery from their overload (about two round trips per share of it) costs each at most this
+    # fraction of its time left. Higher: faster, less exact (gpt-bench-hpcc steady-only: 0.025
+    # 21.5x fewer events than stock at FCT p99 4.92 %, 0.3 28.1x at 7.08 %, 1 33.5x at 8.80 %).
+    hpcc_recovery: Annotated[float, Field(gt=0, le=1)] = 0.025
     # RDMA: a flow completes inside its frozen partition when the model has delivered its bytes,
     # and its connection's next flow takes over ("computed", the paper's way); or every flow's last
     # `margin` bytes are simulated packet by packet ("simulated"). TCP: always simulated.
