@@ -323,8 +323,8 @@ class FastForwardStats:
     handovers: int = 0            # ... whose connection's next flow took over, still frozen
     episodes_interrupted: int = 0  # episode hits thawed before their last flow completed (skip-backs)
     episode_joins: int = 0        # flows an episode hit expected that started inside it, still frozen
-    # Episodes watched after a miss, completed (every flow did: recorded), and given up by what ended the
-    # watch first (EPISODE_WATCH_ENDS): what a warm store cannot hold.
+    # Episodes watched after a miss, completed (every flow did: recorded), and given up by what
+    # ended the watch first (EPISODE_WATCH_ENDS): what a warm store cannot hold.
     episodes_watched: int = 0
     episodes_completed: int = 0
     episodes_given_up: dict[str, int] = field(default_factory=lambda: dict.fromkeys(EPISODE_WATCH_ENDS, 0))
