@@ -209,7 +209,8 @@ def port_properties(topology: Topology, mtu: int) -> Ports:
     return ports
 
 
-_NOT_IN_FINGERPRINT = {"flow_ends", "episodes", "episode_bytes", "episode_join", "explain_events", "hpcc_recovery"}
+_NOT_IN_FINGERPRINT = {"flow_ends", "episodes", "episode_bytes", "episode_join", "explain_events",
+                       "hpcc_recovery"}
 _EPISODE_STEPS = ("episode_bytes_step", "episode_age_step")
 
 
@@ -220,8 +221,8 @@ def open_memo(scenario: Scenario, path: str | Path | None = None) -> Memo:
     settings = {"transport": (dataclasses.asdict(transport.resolved()) if transport.kind == "rdma"
                               else transport.model_dump(mode="json")),
                 # (how flows end, which partitions are kept as episodes and which HPCC ones freeze
-                # as they form do not change what a record holds; episode label steps at their defaults stay out, so that stores made
-                # before they were settings stay valid)
+                # as they form do not change what a record holds; episode label steps at their
+                # defaults stay out, so that stores made before they were settings stay valid)
                 "accel": scenario.accel.model_dump(mode="json", exclude=_NOT_IN_FINGERPRINT | {
                     name for name in _EPISODE_STEPS
                     if getattr(scenario.accel, name) == AccelSpec.model_fields[name].default}),

@@ -283,7 +283,6 @@ class Episode:
     expected: dict[int, int] = field(default_factory=dict)
     waits: dict[int, frozenset[int]] = field(default_factory=dict)  # a flow its flows start -> those
     joins: bool = False           # formed with flows expected
-    given_up: bool = False        # the watch ended before its last flow completed (not recorded)
 
 
 @dataclass

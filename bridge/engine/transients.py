@@ -325,9 +325,9 @@ class MemoizedTransients:
                         self._abandon(episode, why)
 
     def _abandon(self, episode: Episode, why: str) -> None:
-        if not episode.given_up:
-            episode.given_up = True
-            self.stats.episodes_given_up[why] += 1
+        """End the watch of `episode`, reached through episode_of or expected_in: it leaves both,
+        so no episode is given up twice."""
+        self.stats.episodes_given_up[why] += 1
         for flow in episode.left:
             if self.episode_of.get(flow) is episode:
                 del self.episode_of[flow]
