@@ -53,6 +53,10 @@ def _add_engine_settings(parser: argparse.ArgumentParser) -> None:
                         help="HPCC with --fair-shares links: freeze QPs meeting at a full switch port as they "
                         "form only where HPCC's recovery from their overload costs each at most this "
                         "fraction of its time left (default 0.025; higher is faster and less exact)")
+    parser.add_argument("--window-queues", action=argparse.BooleanOptionalAction,
+                        help="DCQCN with --fair-shares links: QPs meeting at a switch port freeze once their "
+                        "windows queue there, and long flows do not join frozen partitions (slower, more "
+                        "exact beside short flows)")
     parser.add_argument("--explain-events", action="store_true", default=None,
                         help="count the simulated events by what the engine did with their partition and "
                         "by collective (summary.json accel.events_by)")
@@ -63,6 +67,7 @@ def _accel_overrides(args: argparse.Namespace) -> dict | None:
                                ("coarse", args.coarse), ("flow_ends", args.flow_ends),
                                ("episodes", args.episodes), ("fair_start", args.fair_start),
                                ("fair_shares", args.fair_shares), ("hpcc_recovery", args.hpcc_recovery),
+                               ("window_queues", args.window_queues),
                                ("explain_events", args.explain_events))
              if v is not None}
     return given or None

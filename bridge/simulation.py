@@ -210,7 +210,7 @@ def port_properties(topology: Topology, mtu: int) -> Ports:
 
 
 _NOT_IN_FINGERPRINT = {"flow_ends", "episodes", "episode_bytes", "episode_join", "explain_events",
-                       "hpcc_recovery"}
+                       "hpcc_recovery", "window_queues"}
 _EPISODE_STEPS = ("episode_bytes_step", "episode_age_step")
 
 

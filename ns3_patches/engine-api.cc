@@ -277,6 +277,18 @@ extern "C"
         return qp->GetTimeouts();
     }
 
+    int
+    wh_rdma_sender_window_bound(const RdmaQp* qp)
+    {
+        return qp->IsWindowBound();
+    }
+
+    uint64_t
+    wh_rdma_sender_window(const RdmaQp* qp)
+    {
+        return qp->GetWindow();
+    }
+
     // -- the partition-tag simulator ----------------------------------------------------------
 
     TagSimulatorImpl*

@@ -109,6 +109,18 @@ RdmaQp::GetTimeouts() const
     return timeouts;
 }
 
+bool
+RdmaQp::IsWindowBound() const
+{
+    return fabric->WindowBound(this);
+}
+
+uint64_t
+RdmaQp::GetWindow() const
+{
+    return fabric->Window(this);
+}
+
 // ---- RdmaNetwork --------------------------------------------------------------------------------
 
 RdmaNetwork::RdmaNetwork()

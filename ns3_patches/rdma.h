@@ -124,6 +124,10 @@ class RdmaQp
     uint64_t GetSndUna() const;
     uint64_t GetRetransmittedBytes() const;
     uint64_t GetTimeouts() const;
+    /// Whether its bytes in flight fill its window (HAS_WIN): it sends only as ACKs come back.
+    bool IsWindowBound() const;
+    /// Its window now (bytes; 0: none).
+    uint64_t GetWindow() const;
     /// The QP's partition was frozen for `shiftNs` and thawed now: move the absolute times it
     /// holds (pacing, timeout, HPCC telemetry) onto the shifted clock, so the freeze is invisible.
     void ShiftTimes(int64_t shiftNs);

@@ -575,6 +575,32 @@ def test_checks_settled_ahead_of_a_slice_are_those_before_the_first_that_thaws(c
     assert engine.settled == []
 
 
+def test_window_queues_wait_for_windows_and_keep_long_flows_from_joining(tmp_path):
+    # h0 -> h7 sends alone, frozen at its NIC's share; h4 -> h7 starts 10 us later, and the two
+    # meet at h7's port. With link shares h4's send joins the frozen partition at once. With
+    # window_queues it does not (a switch port sets its share and it outlasts its window): the
+    # partition re-forms, and freezes once both QPs' windows are in flight.
+    path = rdma_scenario(tmp_path, [{"src": 0, "dst": 7, "size": "384KB", "start": "0us"},
+                                    {"src": 4, "dst": 7, "size": "384KB", "start": "10us"}])
+    links = api.run(path, tmp_path / "links", accel=True, memo=False, accel_overrides={"fair_shares": "links"})
+    queues = api.run(path, tmp_path / "queues", accel=True, memo=False,
+                     accel_overrides={"fair_shares": "links", "window_queues": True})
+    s, q = links.summary["accel"], queues.summary["accel"]
+    assert (s["fair_starts"], s["fair_joins"]) == (1, 1)
+    assert (q["fair_starts"], q["fair_joins"]) == (2, 0)
+    stock = api.run(path, tmp_path / "stock")
+    assert links.summary["events"] < queues.summary["events"] < 0.5 * stock.summary["events"]
+    assert fct_errors(stock.flows, queues.flows).max() < 0.1
+    # Flows their windows hold whole (an all-to-all's 96 KB) still join: h0's three, which cut
+    # the send beside them to its NIC's share.
+    short = rdma_scenario(tmp_path, [{"src": 0, "dst": 7, "size": "384KB", "start": "0us"},
+                                     {"src": 4, "dst": 7, "size": "384KB", "start": "0us"}]
+                          + [{"src": 0, "dst": d, "size": "96KB", "start": "30us"} for d in (1, 2, 3)], name="short")
+    joined = api.run(short, tmp_path / "short", accel=True, memo=False,
+                     accel_overrides={"fair_shares": "links", "window_queues": True})
+    assert (joined.summary["accel"]["fair_starts"], joined.summary["accel"]["fair_joins"]) == (1, 3)
+
+
 def test_hpcc_recovery_bound_lets_colliding_sends_freeze_as_they_form(tmp_path):
     # h3's and h6's 384 KB sends to h7 at line rate overload h7's port: HPCC's recovery from that
     # (about two round trips per share of overload) would cost each about a quarter of its time

@@ -145,7 +145,9 @@ class FairStarts:
         shares of switch ports held below U_TARGET (_cut_to_link_shares), where a partition whose
         QPs do not pace so yet is tried again HPCC_RETRY_NS later (wakeup), until it changes (with
         "nics" no retry froze anything on the benches, and the extra run slices moved gpt-bench-
-        hpcc's steady-only run by 1.4 % more events)."""
+        hpcc's steady-only run by 1.4 % more events). With spec.window_queues (DCQCN) QPs whose
+        share a switch port sets are frozen once their windows are in flight, the queue they leave
+        there with them (_window_queues), and tried again a round trip later until then."""
         flows = sorted(part.flows)
         conns = [self.conn_of[f] for f in flows]
         if self.episodes and max(self._left(f) for f in flows) < self._episode_bound(flows):
@@ -156,7 +158,7 @@ class FairStarts:
         if any(self._untransmitted(f) == 0 for f in flows):
             return False
         shares = self._frozen_shares(conns)
-        cuts = None
+        cuts, queues = None, {}
         if hpcc and not self.link_shares:
             if shares is None or self._queued_on_switches(conns):
                 return False
@@ -165,7 +167,11 @@ class FairStarts:
                 return False
         elif shares is None or hpcc and not self._outlasts_min_freeze(flows, shares):
             return False
-        elif (queued := self._queued_on_switches(conns)) or hpcc and not self._cut_to_link_shares(flows, shares):
+        elif (queues := {} if hpcc else self._window_queues(flows, conns, shares)) is None:
+            self.retry_at[part.id] = now + math.ceil(max(self.lag_ns[c] for c in conns))   # a window later
+            return False
+        elif ((queued := self._queued_on_switches(conns, queues))
+              or hpcc and not self._cut_to_link_shares(flows, shares)):
             if not hpcc:
                 return False
             # Not at the switch ports' shares (yet): their NICs may bind them while HPCC cuts.
@@ -181,21 +187,53 @@ class FairStarts:
             return False
         self._freeze(part, self.state[part.id], Frozen(group=-1, since_ns=now, until_ns=NEVER,
                                                       rates=dict(zip(flows, shares.tolist())), at_shares=True,
-                                                      nic_bound=cuts is not None, pacing_cuts=cuts or {}), now)
+                                                      nic_bound=cuts is not None, pacing_cuts=cuts or {},
+                                                      queued=queues), now)
         self.stats.fair_starts += 1
         return True
 
-    def _queued_on_switches(self, conns: list[int]) -> bool:
+    def _queued_on_switches(self, conns: list[int], queues: dict[int, int] | None = None) -> bool:
         """Whether a switch port on the data path of one of `conns` holds more queued bytes than
         a partition frozen at its NICs' fair shares allows (_queue_bound): fewer than the port
         marks ECN above, they drain unmarked where the NICs bind (HPCC's first cut counts them,
         _nic_bound_while_cut), and a flow's own count in its bytes in flight at the freeze;
         others' (a completed flow's last frames) hold it up by their drain time, which the model
-        leaves out. (Leaves the queues read in _queue_buf.)"""
+        leaves out. A port may also hold the `queues` (_window_queues) of the connections crossing
+        it. (Leaves the queues read in _queue_buf.)"""
         self.api.ReadQueueBytes(self._queue_buf)
         data = np.concatenate([self.port_arrays[c][0] for c in conns])
         switch = data[~self.host_port[data]]
-        return bool((self._queue_buf[switch] > self._queue_bound[switch]).any())
+        bound = self._queue_bound
+        if queues:
+            bound = bound.copy()
+            for conn, queue in queues.items():
+                ports = self.port_arrays[conn][0]
+                bound[ports[~self.host_port[ports]]] += queue
+            bound = np.minimum(bound, self._kmin)    # above KMIN it marks, and DCQCN cuts below the shares
+        return bool((self._queue_buf[switch] > bound[switch]).any())
+
+    def _window_queues(self, flows: list[int], conns: list[int], shares: np.ndarray) -> dict[int, int] | None:
+        """spec.window_queues (DCQCN, link shares): per connection whose share a switch port sets
+        (below its NIC's), the bytes it has in flight beyond the pipe at that share, queued at
+        that port, which drains them at the share; None while one of them has not filled its
+        window yet (HAS_WIN). Such QPs send at line rate until their windows are in flight, the
+        rest queued at the port (under KMIN no mark cuts them, _queued_on_switches). Frozen as
+        they start, the queue was missing at each thaw, where stock goes on delivering at the old
+        shares while DCQCN cuts them (moe-bench-dcqcn: 384 KB pipeline sends meeting in pairs at
+        spine ports, each about 55 KB queued, up to 42 % late)."""
+        if not (self.link_shares and self.spec.window_queues):
+            return {}
+        nics = self._nic_shares(conns)
+        queues = {}
+        for flow, conn, share, nic in zip(flows, conns, shares.tolist(), nics.tolist()):
+            if share >= nic * (1 - FAIR_MATCH):
+                continue
+            if not self._sender(conn).IsWindowBound():
+                return None
+            queue = self._left(flow) - self._untransmitted(flow) - share * self.lag_ns[conn]
+            if queue > 0:
+                queues[conn] = round(queue)
+        return queues
 
     def _frozen_shares(self, conns: list[int]) -> np.ndarray | None:
         """The max-min fair shares of QPs of `conns` paced at line rate, if a partition of them may
@@ -369,8 +407,8 @@ class FairStarts:
                     before = port
         return load, sources
 
-    def _fair_join_shares(self, conn: int) -> tuple[int, int, dict[int, float], float] | None:
-        """A flow starting on idle `conn` whose ports touch one partition, frozen at its fair shares
+    def _fair_join_shares(self, flow: int, conn: int) -> tuple[int, int, dict[int, float], float] | None:
+        """`flow`, starting on idle `conn`, whose ports touch one partition, frozen at its fair shares
         (_frozen_shares: its NICs', or with fair_shares "links" its links'): if its QP paces at line
         rate, nothing is queued on its switch ports, and the shares hold with it (the partition's
         rates being its shares without it), `conn`, the
@@ -402,6 +440,13 @@ class FairStarts:
             return None
         rates = np.array([frozen.rate_at(f, NEVER) for f in running])
         if (np.abs(before - rates) > FAIR_MATCH * before).any():
+            return None
+        switch_bound = shares[-1] < self._nic_shares([*conns, conn])[-1] * (1 - FAIR_MATCH)
+        if (self.link_shares and self.spec.window_queues and switch_bound
+                and self.flow_sizes[flow] > self._sender(conn).GetWindow()):
+            # A switch port sets its share, and it outlasts its window, which queues there first
+            # (_window_queues; moe-bench-dcqcn: pipeline sends joining up to 40 % late). A flow
+            # its window holds whole (an all-to-all's) joins as before: its start is its burst.
             return None
         return conn, pid, dict(zip(running, shares[:-1].tolist())), float(shares[-1])
 

@@ -141,8 +141,8 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
         self._queue_buf = np.zeros(max(1, net.n_ports), dtype=np.uint32)
         # Per port, the queue bytes a partition forming at its NICs' fair shares may find there
         # (_queued_on_switches): fewer than it marks ECN above (KMIN), drained in QUEUE_DRAIN_NS.
-        self._queue_bound = np.array([min(net.ecn_kmin_bytes.get(round(rate * 8e9), 0), rate * QUEUE_DRAIN_NS)
-                                      for rate in ports.rates])
+        self._kmin = np.array([net.ecn_kmin_bytes.get(round(rate * 8e9), 0) for rate in ports.rates], dtype=float)
+        self._queue_bound = np.minimum(self._kmin, np.array(ports.rates, dtype=float) * QUEUE_DRAIN_NS)
         self.episode_of: dict[int, Episode] = {}         # flow -> the episode watched that holds it
         self.pending_ends: dict[int, int] = {}           # flow -> its recorded end, after an episode thawed
         # Flows an episode (watched, or frozen on a hit) expects to start on its ports -> that
@@ -253,7 +253,7 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
                 return False
             pid = self.parts.of_flow[next(iter(frozen.rates))]
             return self.parts.touching(self._connection_path(conn)) <= {pid}
-        self.joining = self._fair_join_shares(conn) if self.fair_start and self.net.fair_share_cc else None
+        self.joining = self._fair_join_shares(flow, conn) if self.fair_start and self.net.fair_share_cc else None
         return self.joining is not None
 
     def flow_queued(self, conn: int) -> None:
@@ -519,7 +519,8 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
                     # send their last frames in turn: each ends at the middle of that turn.
                     nic = self._nic(conn)
                     ahead = self._frame_ns[nic] * (nic_flows[nic] + 1) / 2
-                    frozen.wire[flow] = frozen.rates[flow] * (self.lag_ns[conn] - ahead) - frozen.in_flight[conn]
+                    frozen.wire[flow] = (frozen.rates[flow] * (self.lag_ns[conn] - ahead)
+                                         - frozen.in_flight[conn] + frozen.queued.get(conn, 0))
                 self._plan_end(frozen, flow)
         self._close_interval(part.id, now)
         st.frozen = frozen
@@ -556,7 +557,8 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
                 # deliver in the next lag (a rate its sends took up to a lag ago, as another flow
                 # joined its NIC), less the bytes in flight since the freeze (a fresh flow's few;
                 # after a rate change, a pipe of the old rate): it skips what it would have sent.
-                owed += round(frozen.pipe(flows[-1], now, self.lag_ns[conn]) - frozen.in_flight[conn])
+                owed += round(frozen.pipe(flows[-1], now, self.lag_ns[conn]) - frozen.in_flight[conn]
+                              + frozen.queued.get(conn, 0))
             elif memo is None and frozen.in_flight:
                 # Steady: the bytes in flight at the freeze are the pipe at its rate then; a gain
                 # since adds to the pipe what the sender sent ahead (2.1 us late without, a test).

@@ -114,6 +114,10 @@ class Frozen:
     # that and its busiest switch port's load.
     nic_bound: bool = False
     pacing_cuts: dict[int, tuple[float, float, float, float]] = field(default_factory=dict)
+    # DCQCN, frozen at link shares (_window_queues): per connection, the bytes of its window in
+    # flight beyond the pipe at its share, queued at its switch port: delivered at the share, and
+    # kept in flight at the thaw.
+    queued: dict[int, int] = field(default_factory=dict)
     offset_ns: int = 0            # episode: how far into the recorded episode this freeze began
     leads: dict[int, int] = field(default_factory=dict)     # episode: flow -> its clock's lead (Episode.leads)
     # Episode: flows known to start on its ports (-> when), taken in still frozen as they start.

@@ -80,6 +80,8 @@ _SIGNATURES["wh_rdma_resume"] = (None, [_P, c_uint32])
 _SIGNATURES["wh_rdma_sender_shift_times"] = (None, [_P, c_int64])
 _SIGNATURES["wh_rdma_sender_retransmitted_bytes"] = (c_uint64, [_P])
 _SIGNATURES["wh_rdma_sender_timeouts"] = (c_uint64, [_P])
+_SIGNATURES["wh_rdma_sender_window_bound"] = (c_int, [_P])
+_SIGNATURES["wh_rdma_sender_window"] = (c_uint64, [_P])
 
 _libraries: dict[Path, ctypes.CDLL] = {}
 
@@ -167,6 +169,8 @@ class Sender:
             self.ShiftTimes = method("shift_times")
             self.GetRetransmittedBytes = method("retransmitted_bytes")
             self.GetTimeouts = method("timeouts")
+            self.IsWindowBound = method("window_bound")
+            self.GetWindow = method("window")
 
     def GetCongestionState(self, out: np.ndarray, cap: int) -> int:
         return self._get_state(self._state_buffer(out), min(cap, len(out)))
