@@ -441,8 +441,8 @@ class FairStarts:
         rates = np.array([frozen.rate_at(f, NEVER) for f in running])
         if (np.abs(before - rates) > FAIR_MATCH * before).any():
             return None
-        switch_bound = shares[-1] < self._nic_shares([*conns, conn])[-1] * (1 - FAIR_MATCH)
-        if (self.link_shares and self.spec.window_queues and switch_bound
+        if (self.link_shares and self.spec.window_queues
+                and shares[-1] < self._nic_shares([*conns, conn])[-1] * (1 - FAIR_MATCH)
                 and self.flow_sizes[flow] > self._sender(conn).GetWindow()):
             # A switch port sets its share, and it outlasts its window, which queues there first
             # (_window_queues; moe-bench-dcqcn: pipeline sends joining up to 40 % late). A flow

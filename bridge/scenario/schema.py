@@ -287,12 +287,11 @@ class AccelSpec(_Spec):
     # fraction of its time left. Higher: faster, less exact (gpt-bench-hpcc steady-only: 0.025
     # 21.5x fewer events than stock at FCT p99 4.92 %, 0.3 28.1x at 7.08 %, 1 33.5x at 8.80 %).
     hpcc_recovery: Annotated[float, Field(gt=0, le=1)] = 0.025
-    # DCQCN with "links": QPs whose share a full switch port sets, where their windows' excess
-    # beyond the pipe stays under its KMIN (no mark cuts them), freeze only once their windows are
-    # in flight, the queue at that port with them, and such a flow longer than its window does not
-    # join a frozen partition (moe-bench-dcqcn steady-only, "links": 20.5x fewer events than stock at
-    # FCT p99 8.03 %, with this 12.4x at 1.28 %; gpt-bench-dcqcn: 4,216x at 2.78 %, with this 38x
-    # at 1.90 %).
+    # DCQCN with "links": QPs whose share a switch port sets freeze only once their windows are in
+    # flight, the queue they leave at that port (up to its KMIN) with them, and such a flow longer
+    # than its window does not join a frozen partition (moe-bench-dcqcn steady-only, "links": 20.5x
+    # fewer events than stock at FCT p99 8.03 %, with this 12.5x at 1.28 %; gpt-bench-dcqcn: 4,216x
+    # at 2.78 %, with this 38x at 1.90 %).
     window_queues: StrictBool = False
     # RDMA: a flow completes inside its frozen partition when the model has delivered its bytes,
     # and its connection's next flow takes over ("computed", the paper's way); or every flow's last
