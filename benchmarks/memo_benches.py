@@ -1,6 +1,6 @@
 """Memoization on the bench scenarios: stock, steady-only, memo with a cold store, memo warm.
 
-    python benchmarks/memo_benches.py --out out/memo [names ...]
+    python benchmarks/memo_benches.py --out out/memo [scenarios ...]   # names under scenarios/ or .yaml files
     python benchmarks/memo_benches.py --out out/memo --cc dctcp moe-bench-dcqcn
     python benchmarks/memo_benches.py --out out/memo --scaling gpt-bench
     python benchmarks/memo_benches.py --out out/memo --repeat 5 moe-8x7b-hpcc
@@ -78,8 +78,16 @@ def _measure(stock: api.RunResult, run: api.RunResult) -> dict:
             "lookups": memo.get("lookups"), "records_written": memo.get("records_written")}
 
 
-def bench(name: str, out: Path, scenario: Path | None = None) -> dict:
-    scenario = scenario or ROOT / "scenarios" / f"{name}.yaml"
+def scenario_arg(arg: str) -> tuple[str, Path]:
+    """A bundled scenario's name (scenarios/<name>.yaml) or a scenario file's path, and its row
+    name (the file's stem)."""
+    path = Path(arg).resolve() if arg.endswith((".yaml", ".yml")) else ROOT / "scenarios" / f"{arg}.yaml"
+    if not path.is_file():
+        raise SystemExit(f"{arg}: no such scenario (a name under scenarios/ or a .yaml file)")
+    return path.stem, path
+
+
+def bench(name: str, scenario: Path, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     cache = out / "memo.whdb"
     cache.unlink(missing_ok=True)
@@ -98,9 +106,9 @@ def bench(name: str, out: Path, scenario: Path | None = None) -> dict:
     return row
 
 
-def with_cc(name: str, cc: str, out: Path) -> tuple[str, Path]:
-    """A copy of scenario `name` in `out` whose RDMA transport runs `cc`, and its row name."""
-    data = yaml.safe_load((ROOT / "scenarios" / f"{name}.yaml").read_text())
+def with_cc(name: str, scenario: Path, cc: str, out: Path) -> tuple[str, Path]:
+    """A copy of `scenario` in `out` whose RDMA transport runs `cc`, and its row name."""
+    data = yaml.safe_load(scenario.read_text())
     if data.get("transport", {}).get("kind") != "rdma":
         raise SystemExit(f"--cc: {name} does not run on RDMA")
     data["transport"]["cc"] = cc
@@ -111,25 +119,24 @@ def with_cc(name: str, cc: str, out: Path) -> tuple[str, Path]:
     return data["name"], path
 
 
-def scaling(name: str, out: Path) -> dict:
-    data = yaml.safe_load((ROOT / "scenarios" / f"{name}.yaml").read_text())
+def scaling(name: str, scenario: Path, out: Path) -> dict:
+    data = yaml.safe_load(scenario.read_text())
     loops, events = {}, {}
     for iterations in (1, 3):
         data["training"]["iterations"] = iterations
-        scenario = out / f"{name}-{iterations}it.yaml"
-        scenario.parent.mkdir(parents=True, exist_ok=True)
-        scenario.write_text(yaml.safe_dump(data))
+        path = out / f"{name}-{iterations}it.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(data))
         cache = out / f"{name}-{iterations}it.whdb"
         cache.unlink(missing_ok=True)
-        run = api.run(scenario, out / f"{name}-{iterations}it", accel=True, cache=cache)
+        run = api.run(path, out / f"{name}-{iterations}it", accel=True, cache=cache)
         loops[iterations] = run.summary["wall_s"]["loop"]
         events[iterations] = run.summary["events"]
     return {"scenario": name, "loop_s_1_iteration": loops[1], "loop_s_3_iterations": loops[3],
             "ratio": loops[3] / loops[1], "events_ratio": events[3] / events[1]}
 
 
-def repeat(name: str, out: Path, runs: int) -> dict:
-    scenario = ROOT / "scenarios" / f"{name}.yaml"
+def repeat(name: str, scenario: Path, out: Path, runs: int) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     cache = out / "memo.whdb"
     cache.unlink(missing_ok=True)
@@ -140,8 +147,7 @@ def repeat(name: str, out: Path, runs: int) -> dict:
     return row
 
 
-def seeds(name: str, out: Path, seed_list: list[int]) -> dict:
-    scenario = ROOT / "scenarios" / f"{name}.yaml"
+def seeds(name: str, scenario: Path, out: Path, seed_list: list[int]) -> dict:
     row = {"scenario": name, "seeds": []}
     for seed in seed_list:
         where = out / f"seed{seed}"
@@ -156,8 +162,7 @@ def seeds(name: str, out: Path, seed_list: list[int]) -> dict:
     return row
 
 
-def floors(name: str, out: Path, jitter_ns: int, draws: int) -> dict:
-    scenario = ROOT / "scenarios" / f"{name}.yaml"
+def floors(name: str, scenario: Path, out: Path, jitter_ns: int, draws: int) -> dict:
     stock = api.run(scenario, out / name / "stock")
     row = {"scenario": name, "jitter_ns": jitter_ns,
            "nudge": noise_floor(stock, api.run(scenario, out / name / "stock-nudge", nudge_ns=1))}
@@ -186,7 +191,8 @@ def _offsets_us(row: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("names", nargs="*", default=BENCHES)
+    parser.add_argument("names", nargs="*", default=BENCHES, metavar="scenario",
+                        help="a name under scenarios/ or a .yaml file (default: %(default)s)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--scaling", action="store_true", help="1 vs 3 iterations, accelerated only")
     parser.add_argument("--floors", type=int, nargs="?", const=100, metavar="MAX_NS",
@@ -204,6 +210,7 @@ def main() -> None:
         parser.error(f"--seeds: expected seeds separated by commas, e.g. 1,2,3 (got {args.seeds!r})")
     if args.repeat is not None and args.repeat < 1:
         parser.error("--repeat: N must be at least 1")
+    scenarios = [scenario_arg(arg) for arg in args.names]
     build_library()  # a changed patch compiles here, not inside the first timed run
     if args.floors is not None:
         print(f"| scenario | nudge floor: FCT mean / p99, iteration | jitter floor (0-{args.floors} ns, worst of "
@@ -211,8 +218,8 @@ def main() -> None:
               "accelerated runs |")
         print("|---|---|---|---|")
         rows = []
-        for name in args.names:
-            r = floors(name, args.out, args.floors, args.draws)
+        for name, scenario in scenarios:
+            r = floors(name, scenario, args.out, args.floors, args.draws)
             rows.append(r)
             print(f"| {name} | " + " | ".join(
                 f"{_pct(f['fct_error']['mean'])} / {_pct(f['fct_error']['p99'])}, {_pct(f['iteration_error_max'])}"
@@ -224,8 +231,8 @@ def main() -> None:
               "iteration error | hits / lookups | records written |")
         print("|---|---|---|---|---|---|---|---|")
         rows = []
-        for name in args.names:
-            r = repeat(name, args.out / name, args.repeat)
+        for name, scenario in scenarios:
+            r = repeat(name, scenario, args.out / name, args.repeat)
             rows.append(r)
             for k, m in enumerate(r["runs"], 1):
                 print(f"| {name} | {k} | {m['loop_s']:.1f} ({m['speedup_loop']:.2f}x) | {m['events_x']:.1f}x | "
@@ -240,8 +247,8 @@ def main() -> None:
               "iteration error (cold; warm) |")
         print("|---|---|---|---|---|---|---|---|---|")
         rows = []
-        for name in args.names:
-            r = seeds(name, args.out / name, seed_list)
+        for name, scenario in scenarios:
+            r = seeds(name, scenario, args.out / name, seed_list)
             rows.append(r)
             for m in r["seeds"]:
                 c, w = m["cold"], m["warm"]
@@ -255,7 +262,7 @@ def main() -> None:
     if args.scaling:
         print("| scenario | accel loop s, 1 iteration | accel loop s, 3 iterations | ratio | events ratio |")
         print("|---|---|---|---|---|")
-        rows = [scaling(name, args.out) for name in args.names]
+        rows = [scaling(name, scenario, args.out) for name, scenario in scenarios]
         for r in rows:
             print(f"| {r['scenario']} | {r['loop_s_1_iteration']:.1f} | {r['loop_s_3_iterations']:.1f} | "
                   f"{r['ratio']:.2f}x | {r['events_ratio']:.2f}x |")
@@ -268,9 +275,10 @@ def main() -> None:
           "hits / lookups (cold) | events, stock / run: steady-only, cold, warm | "
           "simulated ends, cold: events x, FCT error mean / p99, iteration error |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name in args.names:
-        name, scenario = with_cc(name, args.cc, args.out) if args.cc else (name, None)
-        r = bench(name, args.out / name, scenario)
+    for name, scenario in scenarios:
+        if args.cc:
+            name, scenario = with_cc(name, scenario, args.cc, args.out)
+        r = bench(name, scenario, args.out / name)
         rows.append(r)
         s, c, w = r["steady"], r["cold"], r["warm"]
         print(f"| {name} | {r['stock_loop_s']:.1f} | {s['loop_s']:.1f} ({s['speedup_loop']:.2f}x) | "
