@@ -407,12 +407,13 @@ class FairStarts:
                     before = port
         return load, sources
 
-    def _fair_join_shares(self, flow: int, conn: int) -> tuple[int, int, dict[int, float], float] | None:
+    def _fair_join_shares(self, flow: int, conn: int) -> tuple[int, int, dict[int, tuple[float, float]], float] | None:
         """`flow`, starting on idle `conn`, whose ports touch one partition, frozen at its fair shares
         (_frozen_shares: its NICs', or with fair_shares "links" its links'): if its QP paces at line
         rate, nothing is queued on its switch ports, and the shares hold with it (the partition's
         rates being its shares without it), `conn`, the
-        partition, its flows' shares with it and its own (it joins frozen: _fair_join); else
+        partition, its flows' shares with it and their rates now, and its own share (it joins
+        frozen: _fair_join); else
         None. (Ring steps start one by one, each when its predecessor's chunk arrived:
         gpt-bench-dcqcn's starts within min_freeze of a partition forming kept it from freezing at
         its shares.)"""
@@ -438,20 +439,20 @@ class FairStarts:
         before, shares = self._frozen_shares(conns), self._frozen_shares([*conns, conn])
         if before is None or shares is None:
             return None
-        rates = np.array([frozen.rate_at(f, NEVER) for f in running])
+        rates = [frozen.rate_at(f, NEVER) for f in running]
         if (np.abs(before - rates) > FAIR_MATCH * before).any():
             return None
         if (self.link_shares and self.spec.window_queues
-                and shares[-1] < self._nic_shares([*conns, conn])[-1] * (1 - FAIR_MATCH)
-                and self.flow_sizes[flow] > self._sender(conn).GetWindow()):
-            # A switch port sets its share, and it outlasts its window, which queues there first
-            # (_window_queues; moe-bench-dcqcn: pipeline sends joining up to 40 % late). A flow
-            # its window holds whole (an all-to-all's) joins as before: its start is its burst.
+                and self.flow_sizes[flow] > self._sender(conn).GetWindow()
+                and shares[-1] < self._nic_shares([*conns, conn])[-1] * (1 - FAIR_MATCH)):
+            # It outlasts its window, and a switch port sets its share: the window queues there
+            # first (_window_queues; moe-bench-dcqcn: pipeline sends joining up to 40 % late). A
+            # flow its window holds whole (an all-to-all's) joins as before: its start is its burst.
             return None
-        return conn, pid, dict(zip(running, shares[:-1].tolist())), float(shares[-1])
+        return conn, pid, dict(zip(running, zip(shares[:-1].tolist(), rates))), float(shares[-1])
 
     def _fair_join(self, frozen: Frozen, flow: int, conn: int, path: frozenset[int], hosts: tuple[int, int],
-                   shares: dict[int, float], share: float, now: int) -> None:
+                   shares: dict[int, tuple[float, float]], share: float, now: int) -> None:
         """`flow` starts inside a partition frozen at its NICs' fair shares (_fair_join_shares), its
         QP held until the thaw. It sends at its share from now: its first ACK comes one lag later
         (later by half a data frame at each link of its ACK path that others' data keeps busy) and
@@ -459,8 +460,8 @@ class FairStarts:
         their new ones from now: their deliveries change a lag later."""
         self.head_since[flow] = now
         self.parts.add_flow(flow, path, hosts)
-        for other, new in sorted(shares.items()):
-            added = new - frozen.rate_at(other, NEVER)
+        for other, (new, rate) in sorted(shares.items()):
+            added = new - rate
             if abs(added) > 1e-9 * new:
                 self._boost(frozen, other, added, now + self.lag_ns[self.conn_of[other]], now)
         waits = self._ack_waits(frozen, flow, conn)

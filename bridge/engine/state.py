@@ -189,7 +189,10 @@ class Frozen:
 
     def rate_at(self, flow: int, at_ns: int) -> float:
         """The model's rate of `flow` at `at_ns` (its steady one in a transient or before it joined)."""
-        return self.rates[flow] + sum(added for t, added in self.changes.get(flow, ()) if t <= at_ns)
+        changes = self.changes.get(flow)
+        if not changes:
+            return self.rates[flow]
+        return self.rates[flow] + sum(added for t, added in changes if t <= at_ns)
 
     def steady_at(self, flow: int, now: int) -> bool:
         """Whether `flow` delivers at its steady rate now (not before it joined, nor in a transient)."""
