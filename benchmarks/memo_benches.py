@@ -28,7 +28,8 @@ machine. The K runs must give the same events and flows.csv.
 
 --scaling runs the accelerated engine (cold store each) on 1 and on 3 training iterations of each
 scenario: with memo, later iterations reuse the first one's transients, so the cost grows
-sub-linearly (3 iterations should cost less than 1.5x one).
+sub-linearly (3 iterations should cost less than 1.5x one). With --runs K, the two alternate K
+times and their loop times are the medians.
 
 --repeat N runs stock and then the accelerated engine N times on one store (the first on an empty
 one): what a study that runs a scenario again and again pays each time, as the store fills.
@@ -157,21 +158,29 @@ def with_cc(name: str, scenario: Path, cc: str, out: Path) -> tuple[str, Path]:
     return data["name"], path
 
 
-def scaling(name: str, scenario: Path, out: Path) -> dict:
+def scaling(name: str, scenario: Path, out: Path, runs: int = 1) -> dict:
+    """The accelerated engine on 1 and on 3 iterations of the scenario, each on an empty store,
+    alternating `runs` times: loop times their medians (each must give the same events)."""
     data = yaml.safe_load(scenario.read_text())
-    loops, events = {}, {}
+    paths = {}
     for iterations in (1, 3):
         data["training"]["iterations"] = iterations
-        path = out / f"{name}-{iterations}it.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(data))
-        cache = out / f"{name}-{iterations}it.whdb"
-        cache.unlink(missing_ok=True)
-        run = api.run(path, out / f"{name}-{iterations}it", accel=True, cache=cache)
-        loops[iterations] = run.summary["wall_s"]["loop"]
-        events[iterations] = run.summary["events"]
-    return {"scenario": name, "loop_s_1_iteration": loops[1], "loop_s_3_iterations": loops[3],
-            "ratio": loops[3] / loops[1], "events_ratio": events[3] / events[1]}
+        paths[iterations] = out / f"{name}-{iterations}it.yaml"
+        paths[iterations].parent.mkdir(parents=True, exist_ok=True)
+        paths[iterations].write_text(yaml.safe_dump(data))
+    loops, events = {1: [], 3: []}, {}
+    for k in range(runs):
+        for iterations, path in paths.items():
+            cache = out / f"{name}-{iterations}it.whdb"
+            cache.unlink(missing_ok=True)
+            run = api.run(path, out / f"{name}-{iterations}it", accel=True, cache=cache)
+            loops[iterations].append(run.summary["wall_s"]["loop"])
+            if events.setdefault(iterations, run.summary["events"]) != run.summary["events"]:
+                raise SystemExit(f"{name}, {iterations} iterations: run {k + 1} differs from run 1 in events")
+    median = {i: statistics.median(v) for i, v in loops.items()}
+    return {"scenario": name, "loop_s_1_iteration": median[1], "loop_s_3_iterations": median[3],
+            "ratio": median[3] / median[1], "events_ratio": events[3] / events[1],
+            "loop_s_runs": {str(i): v for i, v in loops.items()}}
 
 
 def repeat(name: str, scenario: Path, out: Path, runs: int) -> dict:
@@ -239,7 +248,7 @@ def main() -> None:
     parser.add_argument("--cc", choices=sorted(CC_MODES), help="RDMA scenarios with this congestion control")
     parser.add_argument("--repeat", type=int, metavar="N", help="stock, then N accelerated runs on one store")
     parser.add_argument("--runs", type=int, default=1, metavar="K",
-                        help="memo table: each accelerated run K times, its loop time their median")
+                        help="memo table and --scaling: each accelerated run K times, its loop time their median")
     parser.add_argument("--seeds", metavar="S,...", help="stock, memo cold and warm with each of these seeds")
     args = parser.parse_args()
     if args.cc and (args.floors is not None or args.scaling or args.repeat or args.seeds):
@@ -252,8 +261,8 @@ def main() -> None:
         parser.error("--repeat: N must be at least 1")
     if args.runs < 1:
         parser.error("--runs: K must be at least 1")
-    if args.runs > 1 and (args.floors is not None or args.scaling or args.repeat or args.seeds):
-        parser.error("--runs goes with the memo table only")
+    if args.runs > 1 and (args.floors is not None or args.repeat or args.seeds):
+        parser.error("--runs goes with the memo table and --scaling only")
     scenarios = [scenario_arg(arg) for arg in args.names]
     build_library()  # a changed patch compiles here, not inside the first timed run
     if args.floors is not None:
@@ -306,7 +315,7 @@ def main() -> None:
     if args.scaling:
         print("| scenario | accel loop s, 1 iteration | accel loop s, 3 iterations | ratio | events ratio |")
         print("|---|---|---|---|---|")
-        rows = [scaling(name, scenario, args.out) for name, scenario in scenarios]
+        rows = [scaling(name, scenario, args.out, args.runs) for name, scenario in scenarios]
         for r in rows:
             print(f"| {r['scenario']} | {r['loop_s_1_iteration']:.1f} | {r['loop_s_3_iterations']:.1f} | "
                   f"{r['ratio']:.2f}x | {r['events_ratio']:.2f}x |")
