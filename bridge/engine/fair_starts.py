@@ -411,10 +411,9 @@ class FairStarts:
         """`flow`, starting on idle `conn`, whose ports touch one partition, frozen at its fair shares
         (_frozen_shares: its NICs', or with fair_shares "links" its links'): if its QP paces at line
         rate, nothing is queued on its switch ports, and the shares hold with it (the partition's
-        rates being its shares without it), `conn`, the
-        partition, its flows' shares with it and their rates now, and its own share (it joins
-        frozen: _fair_join); else
-        None. (Ring steps start one by one, each when its predecessor's chunk arrived:
+        rates being its shares without it), `conn`, the partition, its flows' shares with it and
+        their rates without it (changes to come included), and its own share (it joins frozen:
+        _fair_join); else None. (Ring steps start one by one, each when its predecessor's chunk arrived:
         gpt-bench-dcqcn's starts within min_freeze of a partition forming kept it from freezing at
         its shares.)"""
         touched = self.parts.touching(self._connection_path(conn))

@@ -134,7 +134,7 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
         self.link_shares = (net.fair_share_cc or net.u_target > 0) and spec.fair_shares == "links"
         # The load a switch port carries at the shares partitions freeze at: HPCC's with link shares.
         self.switch_load = net.u_target * HPCC_MERGED_LOAD if net.u_target > 0 and self.link_shares else 1.0
-        # (its connection, pid, the partition's flows' shares with it and their rates now, its
+        # (its connection, pid, the partition's flows' shares with it and their rates without it, its
         # share): the flow that absorbs() let join, until flow_started() takes it in.
         self.joining: tuple[int, int, dict[int, tuple[float, float]], float] | None = None
         self.host_port = np.array([label.startswith("h") for label in ports.labels])
