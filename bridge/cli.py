@@ -186,7 +186,7 @@ def _validate(args: argparse.Namespace) -> int:
 
         result = validate(scenario, args.out, seed=args.seed, noise_floor=args.noise_floor,
                           nudge_floor=args.nudge_floor, jitter_floor_ns=args.jitter_floor,
-                          jitter_draws=args.jitter_draws,
+                          jitter_draws=args.jitter_draws, accel_runs=args.accel_runs,
                           candidate_accel=args.against_seed is None, candidate_seed=args.against_seed,
                           memo=args.memo, cache=args.cache, accel_overrides=overrides, timeout_s=args.timeout,
                           progress=progress)
@@ -311,6 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--jitter-draws", type=_positive_int, default=1, metavar="K",
                           help="with --jitter-floor: K jittered stock runs, each its own draw (default 1); "
                                "the report gives their worst errors and the span of their iteration times")
+    validate.add_argument("--accel-runs", type=_positive_int, default=1, metavar="K",
+                          help="make the accelerated run K times, each on the memo store as it was "
+                               "before the first; speedups from the median wall times")
     validate.add_argument("--seed", type=_seed, help="override the scenario's seed (both runs)")
     validate.add_argument("--timeout", type=_seconds, help="wall-clock limit per run, in seconds")
     validate.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -3,6 +3,7 @@
 Layout of the output folder:
     stock/                 the stock run (bridge.api output files)
     accel/                 the candidate run: accelerated, or stock-seed<N>/ when testing against a seed
+    accel-<k>/             with accel_runs: the accelerated run again (k = 2..accel_runs)
     stock-seed<N>/         with noise_floor: stock again on seed + 1
     stock-nudged/          with nudge_floor: stock again with the first flow released 1 ns later
     stock-jittered-<k>/    with jitter_floor_ns: stock again with each flow released 0..jitter_floor_ns
@@ -18,6 +19,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -25,6 +27,7 @@ from typing import Callable
 import pandas as pd
 
 from . import api
+from .engine.memo import default_cache_path
 from .ns3.patches import build_library
 from .runner import make_out_dir
 from .report import plots
@@ -53,7 +56,7 @@ def machine() -> dict:
 
 def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int | None = None,
              noise_floor: bool = False, nudge_floor: bool = False, jitter_floor_ns: int | None = None,
-             jitter_draws: int = 1,
+             jitter_draws: int = 1, accel_runs: int = 1,
              candidate_accel: bool = True,
              candidate_seed: int | None = None,
              memo: bool = True, cache: str | Path | None = None, accel_overrides: dict | None = None,
@@ -86,15 +89,28 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
     build_library()
     out_dir = make_out_dir(out_dir)
     work = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
+    stores = Path(tempfile.mkdtemp(prefix=".stores-", dir=out_dir))   # (never moved into out_dir)
     try:
-        def run(name: str, accel: bool, run_seed: int, **perturbation) -> api.RunResult:
+        def run(name: str, accel: bool, run_seed: int, store: str | Path | None = cache,
+                **perturbation) -> api.RunResult:
             progress(name, None)
             return api.run(scenario, work / name, accel=accel, seed=run_seed, timeout_s=timeout_s,
-                           memo=memo, cache=cache, accel_overrides=accel_overrides if accel else None,
+                           memo=memo, cache=store, accel_overrides=accel_overrides if accel else None,
                            progress=lambda p: progress(name, p), **perturbation)
 
         stock = run("stock", False, seed)
+        repeats = accel_runs if candidate_accel else 1
+        store = Path(cache) if cache is not None else default_cache_path()
+        before = stores / "before.whdb"
+        if repeats > 1 and store.exists():
+            shutil.copyfile(store, before)
         cand = run(cand_name, candidate_accel, cand_seed)
+        again = []
+        for k in range(2, repeats + 1):
+            copy = stores / f"run-{k}.whdb"
+            if before.exists():
+                shutil.copyfile(before, copy)
+            again.append(run(f"{cand_name}-{k}", True, cand_seed, store=copy))
         noise = None
         if noise_floor:
             noise_name = f"stock-seed{seed + 1}"
@@ -105,6 +121,16 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
 
         result = {"scenario": scenario.name, "fingerprint": scenario.fingerprint(), "candidate": cand_name,
                   "machine": machine(), **compare(stock, cand)}
+        if again:
+            runs = [cand, *again]
+            for key in ("loop", "total"):
+                result[f"accel_{key}_s_runs"] = [r.summary["wall_s"][key] for r in runs]
+                median = statistics.median(result[f"accel_{key}_s_runs"])
+                result[f"speedup_{key}"] = stock.summary["wall_s"][key] / median if median > 0 else None
+            # Deterministic: the same store state gives the same run, event for event.
+            result["accel_runs_agree"] = all(r.summary["events"] == cand.summary["events"]
+                                             and r.flows.end_ns.tolist() == cand.flows.end_ns.tolist()
+                                             for r in again)
         if noise is not None:
             result["noise_floor"] = noise_floor_of(stock, noise)
             result["within_noise_floor"] = within_noise_floor(result, result["noise_floor"])
@@ -132,6 +158,7 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(stores, ignore_errors=True)
 
 
 def console_table(v: dict):

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from bridge import api
 from bridge.api import RunResult
+from bridge.engine.memo import open_store
 from bridge.report import plots
 from bridge.report.validation import compare, jitter_floor, noise_floor, render_markdown, within_noise_floor
 from bridge.validate import PLOTS, console_table, machine, validate
@@ -173,6 +174,27 @@ def test_cli_validate_accel_with_the_nudge_floor(tmp_path):
     assert v["nudge_floor"]["fct_error"]["max"] >= 0 and "nudge floor" in (tmp_path / "report.md").read_text()
     simulated = sum(r["simulated_bytes"] for r in v["simulated_by_collective"])
     assert simulated == v["accel"]["accel"]["bytes_simulated"]
+
+
+def test_cli_validate_accel_runs_take_the_median_on_one_store_state(tmp_path):
+    """--accel-runs 3: the accelerated run three times, each on the store as it was before the
+    first (the same records: the same run), the speedups from the median; the store itself holds
+    the first run's records only."""
+    out, store = tmp_path / "out", tmp_path / "memo.whdb"
+    proc = wormhole("validate", str(ROOT / "scenarios" / "tiny-memo-rdma.yaml"), "--out", str(out),
+                    "--quiet", "--cache", str(store), "--accel-runs", "3")
+    assert proc.returncode == 0, proc.stderr
+    v = json.loads((out / "validation.json").read_text())
+    loops = v["accel_loop_s_runs"]
+    assert len(loops) == 3 and v["accel_runs_agree"] is True
+    assert v["speedup_loop"] == pytest.approx(v["stock"]["wall_s"]["loop"] / sorted(loops)[1])
+    written = v["accel"]["accel"]["memo"]["records_written"]
+    assert written > 0 and open_store(store).stats()["records"] == written
+    for k in (2, 3):
+        again = json.loads((out / f"accel-{k}" / "summary.json").read_text())
+        assert again["events"] == v["accel"]["events"] and again["accel"]["memo"]["records_written"] == written
+    assert not any(p.name.startswith(".") for p in out.iterdir())      # no store copies left
+    assert "the medians of 3 accel runs" in (out / "report.md").read_text()
 
 
 def test_cli_validate_with_the_jitter_floor(tmp_path):

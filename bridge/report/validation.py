@@ -208,8 +208,12 @@ def render_markdown(v: dict, plots: list[str]) -> str:
                   [[k, f"{stock['wall_s'][k]:.3f}", f"{cand['wall_s'][k]:.3f}",
                     _times(_ratio(stock["wall_s"][k], cand["wall_s"][k]))]
                    for k in ("import", "build", "loop", "total")])
+    repeats = v.get("accel_loop_s_runs")
+    median = "" if not repeats else (
+        f" (the medians of {len(repeats)} {label} runs, loops {', '.join(f'{x:.3f}' for x in repeats)} s; "
+        + ("they agree event for event" if v["accel_runs_agree"] else "**they differ: not deterministic**") + ")")
     out += ["", f"Speedup: **{_times(v['speedup_loop'])}** on the simulation loop, "
-                f"{_times(v['speedup_total'])} end to end. Events: {stock['events']:,} stock, "
+                f"{_times(v['speedup_total'])} end to end{median}. Events: {stock['events']:,} stock, "
                 f"{cand['events']:,} {label} (skipped fraction {_pct(v['skipped_fraction'])}).",
             "", "## Error against stock", ""]
     header = ["metric", label] + [name for _, name in columns]
