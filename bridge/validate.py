@@ -102,7 +102,7 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
         repeats = accel_runs if candidate_accel else 1
         store = Path(cache) if cache is not None else default_cache_path()
         before = stores / "before.whdb"
-        if repeats > 1 and store.exists():
+        if repeats > 1 and memo and store.exists():
             shutil.copyfile(store, before)
         cand = run(cand_name, candidate_accel, cand_seed)
         again = []
