@@ -59,7 +59,8 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from checkouts import ROOT, scenario_path
+
 sys.path.insert(0, str(ROOT))
 
 from bridge import api
@@ -90,7 +91,7 @@ def _measure(stock: api.RunResult, run: api.RunResult) -> dict:
 def scenario_arg(arg: str) -> tuple[str, Path]:
     """A bundled scenario's name (scenarios/<name>.yaml) or a scenario file's path, and its row
     name (the file's stem)."""
-    path = Path(arg).resolve() if arg.endswith((".yaml", ".yml")) else ROOT / "scenarios" / f"{arg}.yaml"
+    path = scenario_path(arg).resolve()
     if not path.is_file():
         raise SystemExit(f"{arg}: no such scenario (a name under scenarios/ or a .yaml file)")
     return path.stem, path
@@ -124,18 +125,19 @@ def _repeated(stock: api.RunResult, scenario: Path, out: Path, mode: str, runs: 
     results = []
     for k in range(runs):
         where = out / (mode if k == 0 else f"{mode}-{k + 1}")
-        store = cache if mode != "warm" else out / f"warm-{k + 1}.whdb"
-        if mode == "cold" and k:
+        if mode == "warm":
+            store = out / f"warm-{k + 1}.whdb"
+            shutil.copyfile(out / "cold-filled.whdb", store)
+        elif mode == "cold" and k:
             store = out / f"cold-{k + 1}.whdb"
             store.unlink(missing_ok=True)
-        if mode == "warm":
-            shutil.copyfile(out / "cold-filled.whdb", store)
+        else:
+            store = cache
         results.append(api.run(scenario, where, accel=True, cache=store, **options))
         if mode == "cold" and k == 0:
             shutil.copyfile(cache, out / "cold-filled.whdb")
-        first = results[0]
-        if (results[-1].summary["events"] != first.summary["events"]
-                or not filecmp.cmp(where / "flows.csv", out / mode / "flows.csv", shallow=False)):
+        if k and (results[-1].summary["events"] != results[0].summary["events"]
+                  or not filecmp.cmp(where / "flows.csv", out / mode / "flows.csv", shallow=False)):
             raise SystemExit(f"{scenario}: {mode} run {k + 1} differs from run 1 (events or flows.csv)")
     measured = _measure(stock, results[0])
     loops = [r.summary["wall_s"]["loop"] for r in results]
