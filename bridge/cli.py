@@ -125,6 +125,11 @@ def _run(args: argparse.Namespace) -> int:
     console.print(f"{s['flows_finished']}/{s['flows']} flows, simulated {s['sim_time_ns'] / 1e3:,.1f} us, "
                   f"{s['events']:,} events, wall {wall['total']:.1f} s (import {wall['import']:.1f}, "
                   f"build {wall['build']:.1f}, loop {wall['loop']:.1f}) -> {args.out}")
+    if "accel" in s:
+        from .report.explain import accel_lines
+
+        for line in accel_lines(s["accel"], s["bytes"]):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     if "iteration_time_ns" in s:
         console.print("iteration times: " + ", ".join("unfinished" if t < 0 else f"{t / 1e6:.3f} ms"
                                                       for t in s["iteration_time_ns"]))

@@ -588,6 +588,8 @@ def test_window_queues_wait_for_windows_and_keep_long_flows_from_joining(tmp_pat
     s, q = links.summary["accel"], queues.summary["accel"]
     assert (s["fair_starts"], s["fair_joins"]) == (1, 1)
     assert (q["fair_starts"], q["fair_joins"]) == (2, 0)
+    # (the re-formed partition is tried again until both windows are in flight)
+    assert s["fair_starts_refused"]["windows_filling"] == 0 < q["fair_starts_refused"]["windows_filling"]
     stock = api.run(path, tmp_path / "stock")
     assert links.summary["events"] < queues.summary["events"] < 0.5 * stock.summary["events"]
     assert fct_errors(stock.flows, queues.flows).max() < 0.1
@@ -599,6 +601,26 @@ def test_window_queues_wait_for_windows_and_keep_long_flows_from_joining(tmp_pat
     joined = api.run(short, tmp_path / "short", accel=True, memo=False,
                      accel_overrides={"fair_shares": "links", "window_queues": True})
     assert (joined.summary["accel"]["fair_starts"], joined.summary["accel"]["fair_joins"]) == (1, 3)
+
+
+def test_run_explain_events_prints_where_the_events_went_and_why_nothing_froze(tmp_path, capsys):
+    # The two colliding HPCC sends of the next test, bound by HPCC's recovery: never frozen. The
+    # run prints what the engine did, each mode's events (adding up to the run's), and why the
+    # partition was not frozen as it formed.
+    path = rdma_scenario(tmp_path, [{"src": 3, "dst": 7, "size": "384KB", "start": "0us"},
+                                    {"src": 6, "dst": 7, "size": "384KB", "start": "0us"}], cc="hpcc")
+    out = tmp_path / "explained"
+    assert main(["run", str(path), "--out", str(out), "--accel", "--no-memo", "--fair-shares", "links",
+                 "--explain-events", "--quiet"]) == 0
+    printed = capsys.readouterr().err.splitlines()
+    accel = json.loads((out / "summary.json").read_text())["accel"]
+    assert f"accel: {accel['events_executed']:,} events, 0.0% of the bytes skipped; 0 freezes" in "\n".join(printed)
+    at = printed.index("events by what the engine did with their partition (by collectives):")
+    modes = [line.split() for line in printed[at + 1:] if line.startswith("  ")]
+    assert {m[0] for m in modes} == set(accel["events_by"]) and "simulated_formed" in accel["events_by"]
+    assert sum(int(m[1].replace(",", "")) for m in modes) == accel["events_executed"]
+    refused = next(line for line in printed if line.startswith("fair starts refused: "))
+    assert f"hpcc_cutting {accel['fair_starts_refused']['hpcc_cutting']}" in refused
 
 
 def test_hpcc_recovery_bound_lets_colliding_sends_freeze_as_they_form(tmp_path):
@@ -614,6 +636,8 @@ def test_hpcc_recovery_bound_lets_colliding_sends_freeze_as_they_form(tmp_path):
     loose = api.run(path, tmp_path / "loose", accel=True, memo=False,
                     accel_overrides={"fair_shares": "links", "hpcc_recovery": 1.0})
     assert (bound.summary["accel"]["fair_starts"], loose.summary["accel"]["fair_starts"]) == (0, 1)
+    assert bound.summary["accel"]["fair_starts_refused"]["hpcc_cutting"] >= 1
+    assert sum(loose.summary["accel"]["fair_starts_refused"].values()) == 0
     assert loose.summary["events"] < 0.01 * bound.summary["events"]
     stock = api.run(path, tmp_path / "stock")
     assert fct_errors(stock.flows, bound.flows).max() < 0.001

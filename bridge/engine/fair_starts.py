@@ -148,49 +148,60 @@ class FairStarts:
         hpcc's steady-only run by 1.4 % more events). With spec.window_queues (DCQCN) QPs whose
         share a switch port sets are frozen once their windows are in flight, the queue they leave
         there with them (_window_queues), and tried again a round trip later until then."""
+        frozen = self._fair_start(part, now)
+        if isinstance(frozen, str):
+            self.stats.fair_starts_refused[frozen] += 1
+            return False
+        self._freeze(part, self.state[part.id], frozen, now)
+        self.stats.fair_starts += 1
+        return True
+
+    def _fair_start(self, part: Partition, now: int) -> Frozen | str:
+        """_freeze_at_shares: the partition frozen at its fair shares, or why it may not be (one of
+        FAIR_START_REFUSALS, counted in summary.json accel.fair_starts_refused)."""
         flows = sorted(part.flows)
         conns = [self.conn_of[f] for f in flows]
         if self.episodes and max(self._left(f) for f in flows) < self._episode_bound(flows):
-            return False
+            return "episode"
         hpcc = self.net.u_target > 0
         if not hpcc and not all(self._paces_at_line_rate(conn) for conn in conns):
-            return False
+            return "below_line_rate"
         if any(self._untransmitted(f) == 0 for f in flows):
-            return False
+            return "all_sent"
         shares = self._frozen_shares(conns)
         cuts, queues = None, {}
         if hpcc and not self.link_shares:
-            if shares is None or self._queued_on_switches(conns):
-                return False
+            if shares is None:
+                return "no_shares"
+            if self._queued_on_switches(conns):
+                return "queued"
             cuts = self._nic_bound(flows, conns, shares)
             if cuts is None:
-                return False
-        elif shares is None or hpcc and not self._outlasts_min_freeze(flows, shares):
-            return False
+                return "hpcc_cutting"
+        elif shares is None:
+            return "no_shares"
+        elif hpcc and not self._outlasts_min_freeze(flows, shares):
+            return "too_short"
         elif (queues := {} if hpcc else self._window_queues(flows, conns, shares)) is None:
             self.retry_at[part.id] = now + math.ceil(max(self.lag_ns[c] for c in conns))   # a window later
-            return False
+            return "windows_filling"
         elif ((queued := self._queued_on_switches(conns, queues))
               or hpcc and not self._cut_to_link_shares(flows, shares)):
             if not hpcc:
-                return False
+                return "queued"
             # Not at the switch ports' shares (yet): their NICs may bind them while HPCC cuts.
             nics = self._nic_shares(conns)
             cuts = None if queued else self._nic_bound(flows, conns, nics)
             if cuts is None:      # HPCC is still cutting or climbing: its QPs may get there
                 self.retry_at[part.id] = now + HPCC_RETRY_NS    # within round trips
-                return False
+                return "queued" if queued else "hpcc_cutting"
             shares = nics
         soon = [(conn, path) for _, _, conn, _, _ in self.known_starts(now + self.spec.min_freeze)
                 if (path := self._connection_path(conn)) & part.ports]
         if soon and (hpcc or not self._joinable(part, conns, soon)):
-            return False
-        self._freeze(part, self.state[part.id], Frozen(group=-1, since_ns=now, until_ns=NEVER,
-                                                      rates=dict(zip(flows, shares.tolist())), at_shares=True,
-                                                      nic_bound=cuts is not None, pacing_cuts=cuts or {},
-                                                      queued=queues), now)
-        self.stats.fair_starts += 1
-        return True
+            return "start_soon"
+        return Frozen(group=-1, since_ns=now, until_ns=NEVER, rates=dict(zip(flows, shares.tolist())),
+                      at_shares=True, nic_bound=cuts is not None, pacing_cuts=cuts or {}, queued=queues)
 
     def _queued_on_switches(self, conns: list[int], queues: dict[int, int] | None = None) -> bool:
         """Whether a switch port on the data path of one of `conns` holds more queued bytes than

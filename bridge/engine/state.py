@@ -316,6 +316,16 @@ class ModeInterval:
 # that it did not expect, a flow it expected starting elsewhen or beside other partitions, a
 # flow's successor taking over its QP, the partition freezing (a steady test or a fair start).
 EPISODE_WATCH_ENDS = ("flow_start", "expected_elsewhen", "successor", "freeze")
+# Why a partition was not frozen at its fair shares as it formed (or at a retry), checked in this
+# order (FairStarts._fair_start): its flows are short enough for an episode; a DCQCN QP paces
+# below its line rate (cut); a flow's every byte is on the wire; no fair shares hold (a flow
+# would get none, or, without link shares, a switch port binds); a switch port holds a queue;
+# HPCC is still cutting its QPs (or climbing) towards the shares; HPCC flows too short for
+# min_freeze at their shares; DCQCN QPs a switch port bounds have not filled their windows
+# (window queues: retried a round trip later); a flow known to start on its ports within
+# min_freeze would thaw it.
+FAIR_START_REFUSALS = ("episode", "below_line_rate", "all_sent", "no_shares", "queued", "hpcc_cutting",
+                       "too_short", "windows_filling", "start_soon")
 
 
 @dataclass
@@ -335,6 +345,7 @@ class FastForwardStats:
     episodes_completed: int = 0
     episodes_given_up: dict[str, int] = field(default_factory=lambda: dict.fromkeys(EPISODE_WATCH_ENDS, 0))
     fair_starts: int = 0          # partitions frozen at their fair shares as they formed
+    fair_starts_refused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAIR_START_REFUSALS, 0))
     fair_joins: int = 0           # flows that started inside such a partition, its shares holding
     checks: int = 0
     control_s: float = 0.0        # wall time in this controller (detection, freeze, thaw)
