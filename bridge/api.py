@@ -58,7 +58,9 @@ def run(scenario: str | Path | Scenario, out_dir: str | Path | None = None, *, a
     jitter_ns delays each flow it releases by a draw from 0..jitter_ns ns (seeded by the run's
     seed and jitter_draw: the same seed keeps its ECMP paths while each draw jitters anew),
     perturbing the flows' timing against each other as much as the engine's own timing errors do.
-    progress gets {"sim_ns", "flows_done", "flows"} as the run goes, with "stage" (what is being
+    timeout_s limits the run's wall time: at it the run ends where it is and keeps what finished
+    (summary stop_reason "time limit reached"); one that does not stop soon after is killed
+    (SimulationError). progress gets {"sim_ns", "flows_done", "flows"} as the run goes, with "stage" (what is being
     built, before the run starts) on a first run after the patches changed.
     """
     if not isinstance(scenario, Scenario):

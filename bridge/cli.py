@@ -298,7 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, required=True, help="output folder")
     run.add_argument("--seed", type=_seed, help="override the scenario's seed")
     run.add_argument("--stop-time", type=_time_ns, help="cap on simulated time, e.g. 50ms")
-    run.add_argument("--timeout", type=_seconds, help="wall-clock limit in seconds")
+    run.add_argument("--timeout", type=_seconds, help="wall-clock limit in seconds: the run stops there "
+                     "and keeps what finished (exit 1)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_accel_arguments(run)
     run.set_defaults(handler=_run)
@@ -320,7 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="make the accelerated run K times, each on the memo store as it was "
                                "before the first; speedups from the median wall times")
     validate.add_argument("--seed", type=_seed, help="override the scenario's seed (both runs)")
-    validate.add_argument("--timeout", type=_seconds, help="wall-clock limit per run, in seconds")
+    validate.add_argument("--timeout", type=_seconds, help="wall-clock limit per run, in seconds (a run "
+                          "reaching it fails the validation)")
     validate.add_argument("--quiet", action="store_true", help="no progress bars")
     validate.add_argument("--memo", action=argparse.BooleanOptionalAction, default=True,
                           help="--no-memo: the accelerated run fast-forwards steady states only (ablation)")

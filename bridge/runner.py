@@ -5,7 +5,9 @@ ns-3 asserts call abort(), which no Python code can catch; in a child, an abort 
 files replace the old ones only when it succeeded, so a failed run never damages earlier results.
 The child reports progress and its summary as JSON lines on stdout, prefixed with `@wormhole `.
 A first Ctrl-C asks the child to stop (SIGINT): it ends its run where it is and writes what
-finished, which is kept; a second one kills it.
+finished, which is kept; a second one kills it. A time limit is the child's own: at it, the run
+ends where it is and keeps what finished (stop_reason "time limit reached"); a child still running
+TIME_LIMIT_GRACE_S later (stuck inside one ns-3 call) is killed.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -27,6 +30,8 @@ from .errors import RunInterrupted, SimulationError, WormholeError
 PREFIX = "@wormhole "
 ProgressFn = Callable[[dict], None]
 _STOP = threading.Event()   # in a child: SIGINT asked it to stop where it is
+TIME_LIMIT_REACHED = "time limit reached"
+TIME_LIMIT_GRACE_S = 10.0   # after the time limit, before a child that has not stopped is killed
 
 # What ns-3 and the C++ runtime print when they abort, most telling first.
 _ABORT_PATTERNS = [r"NS_ASSERT failed.*", r"msg=.*", r"NS_FATAL.*", r"what\(\):.*", r"terminate called.*",
@@ -58,11 +63,12 @@ def run_child(module: str, payload: dict, out_dir: Path, progress: ProgressFn | 
               timeout_s: float | None = None) -> dict:
     """Run `python -m module <payload json>` with a private output folder inside out_dir.
 
-    Returns the child's final `result` message; its files are then moved into out_dir.
+    Returns the child's final `result` message; its files are then moved into out_dir. With
+    `timeout_s` the child gets payload["time_limit_s"] (see time_limit_reached).
     """
     out_dir = make_out_dir(Path(out_dir).resolve())  # the child runs in its own folder: relative paths would move
     work = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
-    payload = {**payload, "out": str(work)}
+    payload = {**payload, "out": str(work), "time_limit_s": timeout_s}
     stderr_path = work / ".stderr"
     result: dict | None = None
     error: str | None = None
@@ -74,7 +80,7 @@ def run_child(module: str, payload: dict, out_dir: Path, progress: ProgressFn | 
                                     start_new_session=True)
             timer = None
             if timeout_s:
-                timer = threading.Timer(timeout_s, lambda: os.killpg(proc.pid, signal.SIGKILL))
+                timer = threading.Timer(timeout_s + TIME_LIMIT_GRACE_S, lambda: os.killpg(proc.pid, signal.SIGKILL))
                 timer.start()
             while True:
                 try:
@@ -105,7 +111,8 @@ def run_child(module: str, payload: dict, out_dir: Path, progress: ProgressFn | 
             raise RunInterrupted()  # stopped before it could write anything
         if rc != 0 or result is None:
             if rc == -signal.SIGKILL and timeout_s:
-                raise SimulationError(f"simulation exceeded the {timeout_s:g} s time limit and was stopped")
+                raise SimulationError(f"simulation exceeded the {timeout_s:g} s time limit and did not stop "
+                                      f"within {TIME_LIMIT_GRACE_S:g} s: it was killed, nothing kept")
             how = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
             raise SimulationError(f"ns-3 child process failed ({how}): {_abort_message(stderr_text)}")
         for line in stderr_text.splitlines():    # (else a successful child's stderr is dropped)
@@ -122,9 +129,19 @@ def run_child(module: str, payload: dict, out_dir: Path, progress: ProgressFn | 
         shutil.rmtree(work, ignore_errors=True)
 
 
-def stop_requested() -> bool:
-    """In a child: whether the parent asked it to stop where it is (a Ctrl-C)."""
-    return _STOP.is_set()
+def stop_requested() -> str | None:
+    """In a child: "interrupted" if the parent asked it to stop where it is (a Ctrl-C), else None."""
+    return "interrupted" if _STOP.is_set() else None
+
+
+def time_limit_reached(payload: dict) -> Callable[[], str | None]:
+    """In a child: stop_requested, and TIME_LIMIT_REACHED once payload["time_limit_s"] seconds
+    have passed since this call (the child's start)."""
+    limit = payload.get("time_limit_s")
+    if limit is None:
+        return stop_requested
+    deadline = time.monotonic() + limit
+    return lambda: stop_requested() or (TIME_LIMIT_REACHED if time.monotonic() >= deadline else None)
 
 
 def child_main(run: Callable[[dict, ProgressFn], dict]) -> None:

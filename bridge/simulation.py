@@ -72,12 +72,13 @@ def build_workload(scenario: Scenario, topology: Topology) -> Workload:
 
 def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
              progress: Callable[..., None] | None = None,
-             stop_requested: Callable[[], bool] | None = None) -> dict:
+             stop_requested: Callable[[], str | None] | None = None) -> dict:
     """Run the scenario in this process, write flows.csv, fct.txt, iterations.csv, summary.json
     (and partitions.csv, the mode timeline, when accelerated). progress(sim ns, flows done,
     flows) as the run goes, with a fourth argument, what is being built, before it starts if
-    anything is (a first run compiles the patches). `stop_requested` returning true ends the run
-    where it is (stop_reason "interrupted"); what finished is written."""
+    anything is (a first run compiles the patches). `stop_requested` returning a reason
+    ("interrupted", "time limit reached") ends the run where it is, with that stop_reason; what
+    finished is written."""
     t0 = time.perf_counter()
     scenario = with_accel_overrides(scenario, options.accel_overrides)
     topology = build_topology(scenario.topology)
@@ -244,9 +245,10 @@ def open_memo(scenario: Scenario, path: str | Path | None = None) -> Memo:
 
 
 def _child(payload: dict, progress: Callable[[dict], None]) -> dict:
-    from .runner import stop_requested
+    from .runner import time_limit_reached
     from .scenario import load_scenario
 
+    stop_requested = time_limit_reached(payload)   # (the limit counts from the child's start)
     scenario = load_scenario(payload["scenario"])
     options = RunOptions(seed=payload.get("seed"), stop_time_ns=payload.get("stop_time_ns"),
                          accel=payload.get("accel", False), fast_forward=payload.get("fast_forward", True),

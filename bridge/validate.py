@@ -29,7 +29,8 @@ import pandas as pd
 from . import api
 from .engine.memo import default_cache_path
 from .ns3.patches import build_library
-from .runner import make_out_dir
+from .errors import SimulationError
+from .runner import TIME_LIMIT_REACHED, make_out_dir
 from .report import plots
 from .report.validation import compare, fct_errors, floors, jitter_floor, render_markdown, within_noise_floor
 from .report.validation import noise_floor as noise_floor_of  # `noise_floor` is validate()'s flag
@@ -94,9 +95,14 @@ def validate(scenario: str | Path | Scenario, out_dir: str | Path, *, seed: int 
         def run(name: str, accel: bool, run_seed: int, store: str | Path | None = cache,
                 **perturbation) -> api.RunResult:
             progress(name, None)
-            return api.run(scenario, work / name, accel=accel, seed=run_seed, timeout_s=timeout_s,
-                           memo=memo, cache=store, accel_overrides=accel_overrides if accel else None,
-                           progress=lambda p: progress(name, p), **perturbation)
+            result = api.run(scenario, work / name, accel=accel, seed=run_seed, timeout_s=timeout_s,
+                             memo=memo, cache=store, accel_overrides=accel_overrides if accel else None,
+                             progress=lambda p: progress(name, p), **perturbation)
+            s = result.summary
+            if s["stop_reason"] == TIME_LIMIT_REACHED:   # (a comparison of a part of a run says nothing)
+                raise SimulationError(f"the {name} run reached the {timeout_s:g} s time limit with "
+                                      f"{s['flows_finished']} of {s['flows']} flows finished; nothing kept")
+            return result
 
         stock = run("stock", False, seed)
         repeats = accel_runs if candidate_accel else 1

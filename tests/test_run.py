@@ -173,6 +173,37 @@ def test_ctrl_c_ends_the_run_and_keeps_what_finished(tmp_path):
     assert (flows.end_ns >= 0).sum() == summary["flows_finished"]
 
 
+def test_a_run_reaching_its_time_limit_stops_there_and_keeps_what_finished(tmp_path):
+    """--timeout ends a run where it is (gpt-bench-dcqcn in stock ns-3 takes about 30 s): exit 1,
+    stop_reason "time limit reached", the flows finished by then written, exactly as a run
+    stopped at that simulated time has them. (It used to kill the run and keep nothing.)"""
+    proc = wormhole("run", str(ROOT / "scenarios" / "gpt-bench-dcqcn.yaml"), "--out", str(tmp_path / "limited"),
+                    "--timeout", "6", "--quiet")
+    assert proc.returncode == 1 and "did not finish: time limit reached" in proc.stderr, proc.stderr
+    summary = json.loads((tmp_path / "limited" / "summary.json").read_text())
+    assert summary["stop_reason"] == "time limit reached" and 0 < summary["flows_finished"] < summary["flows"]
+    assert summary["wall_s"]["total"] < 6 + 2
+    last = summary["sim_time_ns"]             # (the last end of a finished flow)
+    stopped = wormhole("run", str(ROOT / "scenarios" / "gpt-bench-dcqcn.yaml"), "--out", str(tmp_path / "stopped"),
+                       "--stop-time", f"{last + 1}ns", "--quiet")
+    assert stopped.returncode == 1 and "stop_time reached" in stopped.stderr
+    limited, at_time = (pd.read_csv(tmp_path / name / "flows.csv") for name in ("limited", "stopped"))
+    done = limited.end_ns >= 0
+    assert done.sum() == summary["flows_finished"]
+    assert (at_time.end_ns[done] == limited.end_ns[done]).all()
+    assert not at_time.end_ns[~done].between(0, last).any()
+
+
+def test_validate_fails_on_a_run_that_reaches_its_time_limit(tmp_path):
+    (tmp_path / "validation.json").write_text("earlier results\n")
+    proc = wormhole("validate", str(ROOT / "scenarios" / "gpt-bench-dcqcn.yaml"), "--out", str(tmp_path),
+                    "--timeout", "3", "--quiet")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "the stock run reached the 3 s time limit with" in proc.stderr and "nothing kept" in proc.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["validation.json"]
+    assert (tmp_path / "validation.json").read_text() == "earlier results\n"
+
+
 def test_a_second_ctrl_c_kills_the_run_and_keeps_earlier_results(tmp_path):
     (tmp_path / "flows.csv").write_text("earlier results\n")
 

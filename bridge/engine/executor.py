@@ -51,9 +51,9 @@ class Executor:
     def __init__(self, workload: Workload, net: Ns3Network, stop_time_ns: int | None,
                  progress: ProgressFn | None = None, progress_every_s: float = 0.25,
                  fast_forward: FastForward | None = None, nudge_ns: int = 0, jitter_ns: int = 0,
-                 jitter_seed: tuple[int, ...] = (0,), stop_requested: Callable[[], bool] | None = None):
+                 jitter_seed: tuple[int, ...] = (0,), stop_requested: Callable[[], str | None] | None = None):
         self.workload = workload
-        self.stop_requested = stop_requested  # polled every turn: true ends the run where it is
+        self.stop_requested = stop_requested  # polled every turn: a reason ends the run where it is
         self.nudge_ns = nudge_ns     # the first flow released starts this much later
         self.jitter_ns = jitter_ns   # each flow released starts 0..jitter_ns later (drawn from jitter_seed)
         self.jitter = np.random.default_rng(list(jitter_seed)) if jitter_ns else None
@@ -258,8 +258,9 @@ class Executor:
             if now >= self.stop_time_ns:
                 stop_reason = "stop_time reached"
                 break
-            if self.stop_requested is not None and self.stop_requested():
-                stop_reason = "interrupted"
+            stop = self.stop_requested() if self.stop_requested is not None else None
+            if stop:
+                stop_reason = stop
                 break
             now = run_until(int(next_ns))
             if self.ff is not None:
