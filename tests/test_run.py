@@ -176,7 +176,7 @@ def test_ctrl_c_ends_the_run_and_keeps_what_finished(tmp_path):
 def test_a_run_reaching_its_time_limit_stops_there_and_keeps_what_finished(tmp_path):
     """--timeout ends a run where it is (gpt-bench-dcqcn in stock ns-3 takes about 30 s): exit 1,
     stop_reason "time limit reached", the flows finished by then written, exactly as a run
-    stopped at that simulated time has them. (It used to kill the run and keep nothing.)"""
+    stopped at that simulated time has them (up to flows ending in the same ns as the last). (It used to kill the run and keep nothing.)"""
     proc = wormhole("run", str(ROOT / "scenarios" / "gpt-bench-dcqcn.yaml"), "--out", str(tmp_path / "limited"),
                     "--timeout", "6", "--quiet")
     assert proc.returncode == 1 and "did not finish: time limit reached" in proc.stderr, proc.stderr
@@ -191,7 +191,8 @@ def test_a_run_reaching_its_time_limit_stops_there_and_keeps_what_finished(tmp_p
     done = limited.end_ns >= 0
     assert done.sum() == summary["flows_finished"]
     assert (at_time.end_ns[done] == limited.end_ns[done]).all()
-    assert not at_time.end_ns[~done].between(0, last).any()
+    # (ns-3 stops after the event that ends a flow: others ending in that same ns may be cut off)
+    assert not at_time.end_ns[~done].between(0, last - 1).any()
 
 
 def test_validate_fails_on_a_run_that_reaches_its_time_limit(tmp_path):
