@@ -34,6 +34,10 @@ from .workload.dag import Workload
 from .workload.flows import load_flows
 
 DEFAULT_STOP_TIME_NS = 100 * 10**9  # a cap so that a stalled run ends; scenarios may set stop_time
+# An accelerated TCP run is not a silent wrong answer: it misses the error bounds on the LLM
+# benches (README, Measured: gpt-bench FCT p99 26 %, moe-bench 139 %).
+TCP_ACCEL_WARNING = ("on TCP the engine's FCTs miss the error bounds on the LLM benches (README, Measured); "
+                     "check this scenario with `wormhole validate` before relying on them")
 
 
 @dataclass
@@ -99,6 +103,8 @@ def simulate(scenario: Scenario, out_dir: Path, options: RunOptions,
     if unsettled:
         print(f"wormhole: warning: {unsettled}; the engine runs without freezing (as --no-ff)", file=sys.stderr)
         options = dataclasses.replace(options, fast_forward=False)
+    if options.accel and options.fast_forward and scenario.transport.kind != "rdma":
+        print(f"wormhole: warning: {TCP_ACCEL_WARNING}", file=sys.stderr)
     if options.accel:
         memo = open_memo(scenario, options.cache) if options.memo and options.fast_forward else None
         ff = FastForward(net, [t.size for t in workload.flows], scenario.accel, options.fast_forward, memo,

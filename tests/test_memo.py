@@ -17,7 +17,7 @@ from bridge.engine import memo as memo_module
 from bridge.engine.memo import ConflictGraph, FlowPorts, Memo, Transient, fingerprint
 from bridge.errors import CacheFileError
 from bridge.scenario import load_scenario, with_accel_overrides
-from bridge.simulation import open_memo
+from bridge.simulation import TCP_ACCEL_WARNING, open_memo
 from cache_store import MemoStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -255,7 +255,8 @@ def test_damaged_store_warns_and_keeps_the_good_records(runs, tmp_path, capfd):
     memo = api.run(TINY_MEMO, tmp_path / "run", accel=True, cache=damaged).summary["accel"]["memo"]
     assert memo["records_loaded"] == 1 and memo["hits"] == 3 and len(memo["warnings"]) == 1
     assert str(damaged) in memo["warnings"][0]
-    assert capfd.readouterr().err == f"wormhole: warning: {memo['warnings'][0]}\n"   # the user sees it too
+    assert capfd.readouterr().err == (f"wormhole: warning: {TCP_ACCEL_WARNING}\n"   # (a TCP scenario)
+                                      f"wormhole: warning: {memo['warnings'][0]}\n")   # the user sees it too
     assert main(["cache", "verify", "--cache", str(damaged)]) == 1
 
 

@@ -13,6 +13,7 @@ import pytest
 from bridge import api
 from bridge.errors import RunInterrupted, ScenarioError, SimulationError
 from bridge.runner import run_child
+from bridge.simulation import TCP_ACCEL_WARNING
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["tiny-leafspine.yaml", "tiny-fattree.yaml", "tiny-roft.yaml", "tiny-hpcc/scenario.yaml",
@@ -216,6 +217,20 @@ def test_a_second_ctrl_c_kills_the_run_and_keeps_earlier_results(tmp_path):
     assert e.value.out_dir is None
     assert [p.name for p in tmp_path.iterdir()] == ["flows.csv"]
     assert (tmp_path / "flows.csv").read_text() == "earlier results\n"
+
+
+def test_an_accelerated_tcp_run_warns_that_its_errors_are_not_within_bounds(tmp_path):
+    """On TCP the engine misses the error bounds on the LLM benches: an accelerated TCP run says
+    so (once), a run that freezes nothing (--no-ff) or an RDMA one does not."""
+    warning = f"wormhole: warning: {TCP_ACCEL_WARNING}\n"
+    tcp = ROOT / "scenarios" / "tiny-leafspine.yaml"
+    accel = wormhole("run", str(tcp), "--out", str(tmp_path / "tcp"), "--accel", "--quiet")
+    assert accel.returncode == 0 and accel.stderr.count(warning) == 1, accel.stderr
+    no_ff = wormhole("run", str(tcp), "--out", str(tmp_path / "no-ff"), "--accel", "--no-ff", "--quiet")
+    assert no_ff.returncode == 0 and "wormhole: warning" not in no_ff.stderr, no_ff.stderr
+    rdma = wormhole("run", str(ROOT / "scenarios" / "tiny-memo-rdma.yaml"), "--out", str(tmp_path / "rdma"),
+                    "--accel", "--quiet", "--cache", str(tmp_path / "m.whdb"))
+    assert rdma.returncode == 0 and "wormhole: warning" not in rdma.stderr, rdma.stderr
 
 
 def test_check_prints_scenario_contents():
