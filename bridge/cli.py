@@ -128,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
     if "accel" in s:
         from .report.explain import accel_lines
 
-        for line in accel_lines(s["accel"], s["bytes"]):
+        for line in accel_lines(s["accel"]):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     if "iteration_time_ns" in s:
         console.print("iteration times: " + ", ".join("unfinished" if t < 0 else f"{t / 1e6:.3f} ms"

@@ -8,8 +8,9 @@ from __future__ import annotations
 TOP_COLLECTIVES = 3
 
 
-def accel_lines(accel: dict, bytes_total: int) -> list[str]:
+def accel_lines(accel: dict) -> list[str]:
     """The summary's `accel` block as lines of plain text."""
+    bytes_total = accel["bytes_simulated"] + accel["bytes_skipped"]
     skipped = accel["bytes_skipped"] / bytes_total if bytes_total else 0.0
     lines = [f"accel: {accel['events_executed']:,} events, {skipped:.1%} of the bytes skipped; "
              f"{accel['freezes']:,} freezes ({accel['fair_starts']:,} at fair shares as formed), "
@@ -22,7 +23,7 @@ def accel_lines(accel: dict, bytes_total: int) -> list[str]:
     by_mode = accel.get("events_by")
     if by_mode is None:
         return lines
-    total = sum(m["events"] for m in by_mode.values()) or 1
+    events_total = sum(m["events"] for m in by_mode.values()) or 1
     lines.append("events by what the engine did with their partition (by collectives):")
     for mode, m in sorted(by_mode.items(), key=lambda kv: -kv[1]["events"]):
         kinds = sorted(m["by_collectives"].items(), key=lambda kv: -kv[1])
@@ -30,7 +31,7 @@ def accel_lines(accel: dict, bytes_total: int) -> list[str]:
         rest = sum(n for _, n in kinds[TOP_COLLECTIVES:])
         if rest:
             shown.append(f"other {rest:,}")
-        lines.append(f"  {mode:<22} {m['events']:>12,} {m['events'] / total:6.1%}  ({', '.join(shown)})")
+        lines.append(f"  {mode:<22} {m['events']:>12,} {m['events'] / events_total:6.1%}  ({', '.join(shown)})")
     refused = {k: n for k, n in accel["fair_starts_refused"].items() if n}
     if refused:
         lines.append("fair starts refused: " + ", ".join(f"{k} {n:,}" for k, n in
