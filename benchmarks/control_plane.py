@@ -83,6 +83,11 @@ def _run(root: Path, scenario: Path, store_in: Path | None, out: Path) -> dict:
     return split
 
 
+def _s(seconds: float) -> str:
+    """Seconds to three significant digits: the GPT benches' loops are a tenth of a second."""
+    return f"{seconds:.3g}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenarios", nargs="+")
@@ -104,8 +109,8 @@ def main() -> None:
                 runs[code, "cold"].append(cold)
                 runs[code, "warm"].append(warm)
                 print(f"{scenario.stem} {code} round {rnd}: " + "; ".join(
-                    f"{mode} loop {s['loop_s']:.1f} s = ns-3 {s['ns3_s']:.1f} + control {s['control_s']:.1f}"
-                    f" + rest {s['rest_s']:.1f}" for mode, s in (("cold", cold), ("warm", warm))), flush=True)
+                    f"{mode} loop {_s(s['loop_s'])} s = ns-3 {_s(s['ns3_s'])} + control {_s(s['control_s'])}"
+                    f" + rest {_s(s['rest_s'])}" for mode, s in (("cold", cold), ("warm", warm))), flush=True)
                 if args.base and code == "this":
                     for mode in ("cold", "warm"):
                         same = filecmp.cmp(args.out / scenario.stem / f"base-{rnd}" / mode / "flows.csv",
@@ -117,15 +122,15 @@ def main() -> None:
         results[scenario.stem] = medians
         for mode in ("cold", "warm"):
             this = medians[f"this/{mode}"]
-            line = (f"{scenario.stem} {mode}: loop {this['loop_s']:.1f} s, ns-3 {this['ns3_s']:.1f} "
-                    f"({100 * this['ns3_s'] / this['loop_s']:.0f} %), control {this['control_s']:.1f}, "
-                    f"rest {this['rest_s']:.1f}, {this['events']:,} events")
+            line = (f"{scenario.stem} {mode}: loop {_s(this['loop_s'])} s, ns-3 {_s(this['ns3_s'])} "
+                    f"({100 * this['ns3_s'] / this['loop_s']:.0f} %), control {_s(this['control_s'])}, "
+                    f"rest {_s(this['rest_s'])}, {this['events']:,} events")
             if args.base:
                 base = medians[f"base/{mode}"]
                 # Python's time per second of ns-3 (the same events on both): this machine's speed
                 # drifts by a third between runs, and moves both alike.
                 per_ns3 = {k: (m["control_s"] + m["rest_s"]) / m["ns3_s"] for k, m in (("base", base), ("this", this))}
-                line += (f"; base {base['loop_s']:.1f} s: loop x{base['loop_s'] / this['loop_s']:.2f}, "
+                line += (f"; base {_s(base['loop_s'])} s: loop x{base['loop_s'] / this['loop_s']:.2f}, "
                          f"control + rest x{(base['control_s'] + base['rest_s']) / (this['control_s'] + this['rest_s']):.2f}"
                          f", per ns-3 second {per_ns3['base']:.2f} -> {per_ns3['this']:.2f}, same flows.csv")
             print(line)
