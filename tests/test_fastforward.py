@@ -342,6 +342,23 @@ def test_dcqcn_flows_meeting_on_a_switch_port_freeze_at_its_fair_shares_with_lin
     assert fct_errors(stock.flows, links.flows).max() < 0.01
 
 
+def test_a_qp_whose_acks_wait_behind_a_full_switch_port_is_not_frozen_at_its_share(tmp_path):
+    # h1 and h2 send 4 MB each to h0; h0 sends 4 MB to h5. h0's ACKs come back through the leaf's
+    # port to h0, which the incast fills: DCQCN leaves a queue there, the ACKs wait in it and
+    # h0 -> h5's window holds it to about half of its line rate share. Frozen at that share it
+    # came out 52 % early; refused (acks_queued), it is simulated until the steady test.
+    path = rdma_scenario(tmp_path, [{"src": 1, "dst": 0, "size": "4MB", "start": "0us"},
+                                    {"src": 2, "dst": 0, "size": "4MB", "start": "0us"},
+                                    {"src": 0, "dst": 5, "size": "4MB", "start": "0us"}])
+    links = api.run(path, tmp_path / "links", accel=True, memo=False, accel_overrides={"fair_shares": "links"})
+    assert links.summary["accel"]["fair_starts_refused"]["acks_queued"] >= 1
+    stock = api.run(path, tmp_path / "stock")
+    fct = stock.flows.set_index("flow_id").fct_ns
+    assert fct[2] > 1.8 * 4e6 / 12.5         # stock: held well below its line rate (12.5 bytes per ns)
+    assert fct_errors(stock.flows, links.flows).max() < 0.02
+    assert links.summary["events"] < 0.5 * stock.summary["events"]
+
+
 def test_hpcc_qps_meeting_on_a_switch_port_freeze_at_its_shares_below_u_target_with_link_shares(tmp_path):
     # h1 and h2 send 4 MB each to h0 on HPCC: the switch port to h0 binds. With fair_shares
     # "links" the incast is frozen as it forms at half of what HPCC holds that port at (U_TARGET

@@ -182,6 +182,8 @@ class FairStarts:
             return "no_shares"
         elif hpcc and not self._outlasts_min_freeze(flows, shares):
             return "too_short"
+        elif self._acks_queued(flows, conns, shares):
+            return "acks_queued"
         elif (queues := {} if hpcc else self._window_queues(flows, conns, shares)) is None:
             self.retry_at[part.id] = now + math.ceil(max(self.lag_ns[c] for c in conns))   # a window later
             return "windows_filling"
@@ -400,6 +402,35 @@ class FairStarts:
         load, sources = self._switch_loads(conns, shares)
         return any(len(sources[p]) > 2 and load[p] > LINK_BOUND for p in load)
 
+    def _acks_queued(self, flows: list[int], conns: list[int], shares: np.ndarray) -> bool:
+        """DCQCN with fair_shares "links": whether a QP of `conns` sends its ACKs through a switch
+        port that the data of two or more others fill at these shares, and its window would bound
+        it there. DCQCN's marks cut the QPs meeting at that port to their shares but leave a queue
+        (about KMIN), and the ACKs wait in it: a flow longer than its window, whose window does
+        not cover its share over its round trip plus that queue's drain, is held below its share
+        (gpt-13b-128-dcqcn: a 2.6 MB pipeline send whose ACKs crossed a spine uplink two other
+        sends met at ran at 42 % of line rate in stock, at line rate frozen at its share)."""
+        if not self.link_shares or self.net.u_target > 0:
+            return False
+        load, _ = self._switch_loads(conns, shares)
+        merging: dict[int, set[int]] = {}
+        for conn in conns:
+            for port, _ in self.hops[conn][0]:
+                if port in load:
+                    merging.setdefault(port, set()).add(conn)
+        full = {port for port, crossing in merging.items() if len(crossing) > 1 and load[port] > LINK_BOUND}
+        if not full:
+            return False
+        for flow, conn, share in zip(flows, conns, shares.tolist()):
+            window = self._sender(conn).GetWindow()
+            if window == 0 or self._left(flow) <= window:
+                continue
+            drain = max((self._kmin[port] / self.ports.rates[port] for port, _ in self.hops[conn][1]
+                         if port in full and conn not in merging[port]), default=None)
+            if drain is not None and window < share * (self.lag_ns[conn] + drain):
+                return True
+        return False
+
     def _switch_loads(self, conns: list[int], shares: np.ndarray) -> tuple[dict[int, float], dict[int, set[int]]]:
         """Per switch port the connections cross: its load (the fraction of its time their data
         and ACK frames take at these payload rates), and the ports those frames come from."""
@@ -451,6 +482,8 @@ class FairStarts:
             return None
         rates = [frozen.rate_at(f, NEVER) for f in running]
         if (np.abs(before - rates) > FAIR_MATCH * before).any():
+            return None
+        if self._acks_queued([*running, flow], [*conns, conn], shares):
             return None
         if (self.link_shares and self.spec.window_queues
                 and self.flow_sizes[flow] > self._sender(conn).GetWindow()

@@ -325,7 +325,7 @@ EPISODE_WATCH_ENDS = ("flow_start", "expected_elsewhen", "successor", "freeze")
 # (window queues: retried a round trip later); a flow known to start on its ports within
 # min_freeze would thaw it.
 FAIR_START_REFUSALS = ("episode", "below_line_rate", "all_sent", "no_shares", "queued", "hpcc_cutting",
-                       "too_short", "windows_filling", "start_soon")
+                       "too_short", "acks_queued", "windows_filling", "start_soon")
 
 
 @dataclass
