@@ -321,9 +321,10 @@ EPISODE_WATCH_ENDS = ("flow_start", "expected_elsewhen", "successor", "freeze")
 # below its line rate (cut); a flow's every byte is on the wire; no fair shares hold (a flow
 # would get none, or, without link shares, a switch port binds); a switch port holds a queue;
 # HPCC is still cutting its QPs (or climbing) towards the shares; HPCC flows too short for
-# min_freeze at their shares; DCQCN QPs a switch port bounds have not filled their windows
-# (window queues: retried a round trip later); a flow known to start on its ports within
-# min_freeze would thaw it.
+# min_freeze at their shares; a windowed DCQCN QP's ACKs would wait in the queue of a switch port
+# others' data fill (link shares, FairStarts._acks_queued); DCQCN QPs a switch port bounds have
+# not filled their windows (window queues: retried a round trip later); a flow known to start on
+# its ports within min_freeze would thaw it.
 FAIR_START_REFUSALS = ("episode", "below_line_rate", "all_sent", "no_shares", "queued", "hpcc_cutting",
                        "too_short", "acks_queued", "windows_filling", "start_soon")
 
