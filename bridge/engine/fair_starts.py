@@ -412,6 +412,12 @@ class FairStarts:
         sends met at ran at 42 % of line rate in stock, at line rate frozen at its share)."""
         if not self.link_shares or self.net.u_target > 0:
             return False
+        # Only a flow longer than its window can be held by it: most partitions (all-to-alls, whose
+        # windows hold them whole) need no port loads.
+        windowed = [(conn, share, window) for flow, conn, share in zip(flows, conns, shares.tolist())
+                    if 0 < (window := self._sender(conn).GetWindow()) < self._left(flow)]
+        if not windowed:
+            return False
         load, _ = self._switch_loads(conns, shares)
         merging: dict[int, set[int]] = {}
         for conn in conns:
@@ -421,10 +427,7 @@ class FairStarts:
         full = {port for port, crossing in merging.items() if len(crossing) > 1 and load[port] > LINK_BOUND}
         if not full:
             return False
-        for flow, conn, share in zip(flows, conns, shares.tolist()):
-            window = self._sender(conn).GetWindow()
-            if window == 0 or self._left(flow) <= window:
-                continue
+        for conn, share, window in windowed:
             drain = max((self._kmin[port] / self.ports.rates[port] for port, _ in self.hops[conn][1]
                          if port in full and conn not in merging[port]), default=None)
             if drain is not None and window < share * (self.lag_ns[conn] + drain):
