@@ -265,6 +265,18 @@ extern "C"
         qp->ShiftTimes(shiftNs);
     }
 
+    int64_t
+    wh_rdma_sender_rate_step_ns(const RdmaQp* qp, int64_t quietNs)
+    {
+        return qp->GetRateStepNs(quietNs);
+    }
+
+    void
+    wh_rdma_sender_keep_rate_step(RdmaQp* qp, int64_t shiftNs)
+    {
+        qp->KeepRateStep(shiftNs);
+    }
+
     uint64_t
     wh_rdma_sender_retransmitted_bytes(const RdmaQp* qp)
     {

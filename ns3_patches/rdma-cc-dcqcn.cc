@@ -23,11 +23,28 @@ class DcqcnCc : public RdmaCc
         }
     }
 
+    void MoveRateIncrease(RdmaQp* qp, Time delay) override
+    {
+        // In the sender's node context (so in its partition's tags): the control plane calls this
+        // between events, and ScheduleWithContext gives no EventId to keep in increaseTimer.
+        Simulator::ScheduleWithContext(qp->src, delay, &DcqcnCc::MovedRateIncrease, this, qp, ++qp->rateStepGen);
+    }
+
   private:
     void CnpReceived(RdmaQp* qp);
     void UpdateAlpha(RdmaQp* qp);
     void CheckRateDecrease(RdmaQp* qp);
     void RateIncreaseTimer(RdmaQp* qp);
+
+    void MovedRateIncrease(RdmaQp* qp, uint32_t gen)
+    {
+        if (gen != qp->rateStepGen || qp->increaseTimer.IsPending()) // replaced, or a cut restarted the timer
+        {
+            return;
+        }
+        qp->rateStepNs = -1;
+        RateIncreaseTimer(qp);
+    }
 };
 
 } // namespace

@@ -401,6 +401,10 @@ class RdmaCc
     /// it; asked only with wire.telemetry.
     virtual void OnEgress(RdmaFabric::Port& out, Ptr<Packet> p, uint64_t qlen) {}
 
+    /// RdmaQp::KeepRateStep: `qp`'s rate-increase timer, cancelled, runs after `delay` instead
+    /// (qp->rateStepNs), unless a cut restarts it first.
+    virtual void MoveRateIncrease(RdmaQp* qp, Time delay) {}
+
     /// RdmaQp::GetCongestionState's three values (the rate, the reference rate, the third value).
     virtual void GetState(const RdmaQp& qp, double* out) const
     {

@@ -53,6 +53,8 @@ RdmaFabric::ResetCc(RdmaQp* qp)
     qp->alphaTimer.Cancel();
     qp->decreaseTimer.Cancel();
     qp->increaseTimer.Cancel();
+    qp->rateStepNs = -1;
+    qp->rateStepGen++; // a step KeepRateStep moved, still ahead, is dropped
     qp->u = 1;
     qp->refRate = qp->maxRate;
     qp->incStage = 0;

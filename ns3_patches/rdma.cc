@@ -79,6 +79,50 @@ RdmaQp::ShiftTimes(int64_t shiftNs)
     fabric->ports[port].wakeAtPs = std::numeric_limits<int64_t>::max();
 }
 
+int64_t
+RdmaQp::GetRateStepNs(int64_t quietNs) const
+{
+    int64_t now = Simulator::Now().GetNanoSeconds();
+    if (rate >= maxRate)
+    {
+        return -1;
+    }
+    if (!increaseTimer.IsPending())
+    {
+        return rateStepNs >= now ? rateStepNs : -1; // one KeepRateStep moved
+    }
+    // A cut (and a step) restarts the timer at RP_TIMER: what is left of it tells how long ago
+    // the last one was.
+    int64_t left = Simulator::GetDelayLeft(increaseTimer).GetNanoSeconds();
+    if (fabric->cfg.rpTimerNs - left < quietNs)
+    {
+        return -1;
+    }
+    return now + left;
+}
+
+void
+RdmaQp::KeepRateStep(int64_t shiftNs)
+{
+    int64_t now = Simulator::Now().GetNanoSeconds();
+    int64_t at;
+    if (increaseTimer.IsPending())
+    {
+        at = now + Simulator::GetDelayLeft(increaseTimer).GetNanoSeconds() - shiftNs;
+        increaseTimer.Cancel();
+    }
+    else if (rateStepNs >= 0) // moved before, its event held by this freeze and shifted: replaced
+    {
+        at = rateStepNs;
+    }
+    else
+    {
+        return;
+    }
+    rateStepNs = std::max(now, at);
+    fabric->cc->MoveRateIncrease(this, NanoSeconds(rateStepNs - now));
+}
+
 double
 RdmaQp::GetRateBps() const
 {

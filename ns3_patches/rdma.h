@@ -131,6 +131,13 @@ class RdmaQp
     /// The QP's partition was frozen for `shiftNs` and thawed now: move the absolute times it
     /// holds (pacing, timeout, HPCC telemetry) onto the shifted clock, so the freeze is invisible.
     void ShiftTimes(int64_t shiftNs);
+    /// When its rate next steps up on its own (ns; -1: not below its line rate, or no step
+    /// pending, or a cut within the last `quietNs`): DCQCN's rate-increase timer, which a cut
+    /// restarts. A freeze that holds its rate must end by then.
+    int64_t GetRateStepNs(int64_t quietNs) const;
+    /// After ShiftTimes: its pending rate step runs `shiftNs` earlier (not before now), at the
+    /// time it had before a freeze that ended by it (rateStepNs until it runs).
+    void KeepRateStep(int64_t shiftNs);
 
     // Internal state (the models': rdma-nic.cc, rdma-cc-*.cc).
     RdmaFabric* fabric = nullptr;
@@ -165,6 +172,8 @@ class RdmaQp
     ns3::EventId alphaTimer;
     ns3::EventId decreaseTimer;
     ns3::EventId increaseTimer;
+    int64_t rateStepNs = -1; //!< KeepRateStep: when the step it moved runs (-1: none pending)
+    uint32_t rateStepGen = 0; //!< drops a moved step that a later move or a reset replaced
     ns3::EventId rtoTimer;
     // HPCC
     struct Hop

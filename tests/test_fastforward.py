@@ -359,6 +359,22 @@ def test_a_qp_whose_acks_wait_behind_a_full_switch_port_is_not_frozen_at_its_sha
     assert links.summary["events"] < 0.5 * stock.summary["events"]
 
 
+def test_a_dcqcn_qp_left_alone_below_line_rate_steps_up_at_its_stock_time(tmp_path):
+    # Six 655 KB sends and a 2.6 MB one into h0: DCQCN cuts the long one's QP, and when the short
+    # ones have ended it is alone below line rate until its rate-increase timer (RP_TIMER after
+    # its last cut) steps it up. Frozen at that rate, the freeze held the timer back and the send
+    # came out 2.9 % late; the freeze now ends at the step, which keeps its stock time.
+    path = rdma_scenario(tmp_path, [{"src": 1, "dst": 0, "size": "2600KB", "start": "0us"}]
+                         + [{"src": h, "dst": 0, "size": "655KB", "start": "0us"} for h in range(2, 8)])
+    accel = api.run(path, tmp_path / "accel", accel=True, memo=False)
+    assert accel.summary["accel"]["rate_steps"] >= 1
+    stock = api.run(path, tmp_path / "stock")
+    assert stock.flows.set_index("flow_id").fct_ns[0] > 4 * 2.6e6 / 12.5   # stock: cut well below line rate
+    assert fct_errors(stock.flows, accel.flows).max() < 0.005
+    assert accel.flows.set_index("flow_id").bytes_skipped[0] > 1e6
+    assert accel.summary["events"] < stock.summary["events"]
+
+
 def test_hpcc_qps_meeting_on_a_switch_port_freeze_at_its_shares_below_u_target_with_link_shares(tmp_path):
     # h1 and h2 send 4 MB each to h0 on HPCC: the switch port to h0 binds. With fair_shares
     # "links" the incast is frozen as it forms at half of what HPCC holds that port at (U_TARGET

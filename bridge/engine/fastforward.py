@@ -491,8 +491,27 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
         if st.forming is not None:
             self._record(st, rates, now)
         horizon = min(int((self._untransmitted(flow) - spec.margin) / rate) for flow, rate in rates.items())
+        steps = self._rate_steps(flows)
+        horizon = min(horizon, min(steps.values(), default=NEVER) - now)
         if horizon >= spec.min_freeze:
-            self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=now + horizon, rates=rates), now)
+            self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=now + horizon, rates=rates,
+                                          rate_steps=steps), now)
+
+    def _rate_steps(self, flows: list[int]) -> dict[int, int]:
+        """Connections of `flows` whose QP's rate steps up on its own within the freeze -> when:
+        DCQCN's rate-increase timer, pending below line rate with no cut over the steady window. A
+        frozen rate ignores it, and each freeze moved it on by the frozen time: a pipeline send cut
+        to 8 Gbps by an all-to-all, in stock at 54 Gbps at its next step, was held there by a chain
+        of truncated hits until it ended (moe-8x13b-128-dcqcn, 2.0x its stock time)."""
+        if not self.net.rdma:
+            return {}
+        quiet = self.spec.window * self.spec.tau
+        steps = {}
+        for conn in sorted({self.conn_of[f] for f in flows}):
+            at = self._sender(conn).GetRateStepNs(quiet)
+            if at >= 0:
+                steps[conn] = at
+        return steps
 
     def _freeze(self, part: Partition, st: PartitionState, frozen: Frozen, now: int) -> None:
         tags = np.array(part.tags(self.net.n_ports), dtype=np.uint32)
@@ -522,6 +541,11 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
                     frozen.wire[flow] = (frozen.rates[flow] * (self.lag_ns[conn] - ahead)
                                          - frozen.in_flight[conn] + frozen.queued.get(conn, 0))
                 self._plan_end(frozen, flow)
+        if not frozen.episode and not frozen.at_shares:
+            frozen.rate_steps = frozen.rate_steps or self._rate_steps(sorted(frozen.rates))
+            step = min(frozen.rate_steps.values(), default=NEVER)
+            self.stats.rate_steps += step < frozen.until_ns
+            frozen.until_ns = min(frozen.until_ns, step)
         self._close_interval(part.id, now)
         st.frozen = frozen
         st.forming = None
@@ -537,6 +561,8 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
         if self.net.rdma:
             for conn in sorted({self.conn_of[flow] for flow in frozen.rates}):
                 self._sender(conn).ShiftTimes(now - frozen.held.get(conn, frozen.since_ns))
+            for conn in sorted(frozen.rate_steps):
+                self._sender(conn).KeepRateStep(shift)
         for flow in frozen.expected:
             del self.expected_in[flow]
         # A connection skips the bytes its flows delivered in the model, in stream order: a flow

@@ -20,10 +20,11 @@ CHUNK = 1 << 16
 # What the engine did with a partition while its events ran: watched it to record an episode or
 # a transient (the memo missed), or simulated it otherwise: after it formed, while the steady test
 # has not passed (memo off, or waiting), because a flow of it was too near its end to look it up
-# (ending) or, after a miss, to record it (too short), or after a thaw (until it is steady again);
-# or ran events of a frozen one something thawed within the slice.
+# (ending) or, after a miss, to record it (too short), a QP's rate steps up within min_freeze
+# (rate step), or after a thaw (until it is steady again); or ran events of a frozen one something
+# thawed within the slice.
 MODES = ("watched_episode", "watched_transient", "simulated_formed", "simulated_ending",
-         "simulated_too_short", "simulated_after_thaw", "skip_back", "unattributed")
+         "simulated_too_short", "simulated_rate_step", "simulated_after_thaw", "skip_back", "unattributed")
 
 
 class EventLedger:

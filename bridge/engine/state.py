@@ -125,6 +125,10 @@ class Frozen:
     # joining a partition at its NICs' fair shares (_fair_join).
     expected: dict[int, int] = field(default_factory=dict)
     held: dict[int, int] = field(default_factory=dict)      # connection -> when its flow started
+    # RDMA: connections whose QP's rate steps up on its own while frozen (DCQCN's rate-increase
+    # timer, no cut lately; _rate_steps) -> when. The freeze ends by the earliest, and at the thaw
+    # each step keeps its time instead of moving with the frozen time.
+    rate_steps: dict[int, int] = field(default_factory=dict)
 
     @property
     def episode(self) -> bool:
@@ -299,7 +303,8 @@ class PartitionState:
     forming: Forming | None = None
     # Why it is simulated when neither frozen nor watched for a record (--explain-events): it
     # formed and waits for the steady test, a flow of it was too near its end to look it up
-    # ("ending"), or to record it after a miss ("too_short"), or it thawed.
+    # ("ending"), or to record it after a miss ("too_short"), a QP's rate steps up on its own
+    # within min_freeze ("rate_step"), or it thawed.
     simulated: str = "formed"
 
 
@@ -348,6 +353,7 @@ class FastForwardStats:
     fair_starts: int = 0          # partitions frozen at their fair shares as they formed
     fair_starts_refused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAIR_START_REFUSALS, 0))
     fair_joins: int = 0           # flows that started inside such a partition, its shares holding
+    rate_steps: int = 0           # freezes cut short by a QP's own rate step (FastForward._rate_steps)
     checks: int = 0
     control_s: float = 0.0        # wall time in this controller (detection, freeze, thaw)
     intervals: list[ModeInterval] = field(default_factory=list)

@@ -85,6 +85,10 @@ class MemoizedTransients:
         if shortest < (self.spec.margin if self.net.rdma and not self.net.utilization_cc else reach):
             self.state[part.id].simulated = "ending"
             return
+        steps = self._rate_steps(flows)
+        if min(steps.values(), default=NEVER) < now + self.spec.min_freeze:
+            self.state[part.id].simulated = "rate_step"    # a hit would end before it could pay
+            return
         labels, rates = {}, {}
         for f in flows:
             conn = self.conn_of[f]
@@ -121,7 +125,8 @@ class MemoizedTransients:
                 return
             self.memo.stats.applied_partial += 1
             until = now + partial_ns
-        self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=until, rates=hit.rates, memo=hit), now)
+        self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=until, rates=hit.rates, memo=hit,
+                                     rate_steps=steps), now)
 
     def _ends_too_soon(self, flows: list[int], unsent: dict[int, int], rates: dict[int, float]) -> bool:
         """Whether a flow of a forming partition would get within `margin` of sending its last byte

@@ -225,7 +225,7 @@ def accel_summary(ff, flows: pd.DataFrame, spec) -> dict:
             "episode_watches": {"watched": s.episodes_watched, "completed": s.episodes_completed,
                                 "given_up": dict(s.episodes_given_up)},
             "fair_starts": s.fair_starts, "fair_starts_refused": dict(s.fair_starts_refused),
-            "fair_joins": s.fair_joins,
+            "fair_joins": s.fair_joins, "rate_steps": s.rate_steps,
             "partition_time_ns": {"simulate": int(simulate_ns), "frozen": int(s.frozen_ns)},
             "control_wall_s": round(s.control_s, 3), "tagging_errors": ff.tagging_errors(),
             "memo": _memo_summary(ff.memo),
