@@ -401,6 +401,9 @@ class RdmaCc
     /// it; asked only with wire.telemetry.
     virtual void OnEgress(RdmaFabric::Port& out, Ptr<Packet> p, uint64_t qlen) {}
 
+    /// RdmaQp::SetCongestionState set `qp`'s state.
+    virtual void OnStateSet(RdmaQp* qp) {}
+
     /// RdmaQp::KeepRateStep: `qp`'s rate-increase timer, cancelled, runs after `delay` instead
     /// (qp->rateStepNs), unless a cut restarts it first.
     virtual void MoveRateIncrease(RdmaQp* qp, Time delay) {}

@@ -36,11 +36,11 @@ RdmaQp::SetCongestionState(double newRate, double target, double newAlpha)
     {
         std::fill(std::begin(hopRate), std::end(hopRate), reference); // every hop at the QP's rate
     }
-    if (newAlpha < 0)
+    if (newAlpha >= 0)
     {
-        return;
+        fabric->cc->SetThird(*this, newAlpha);
     }
-    fabric->cc->SetThird(*this, newAlpha);
+    fabric->cc->OnStateSet(this);
 }
 
 uint64_t

@@ -116,7 +116,8 @@ class RdmaQp
     /// DCQCN and DCTCP alpha (HPCC: U, HPCC-PINT: the last U received, TIMELY: the last RTT sample, ns)};
     /// returns 3.
     uint32_t GetCongestionState(double* out, uint32_t cap) const;
-    /// Set a memoized congestion state (values as GetCongestionState; alpha < 0 leaves it).
+    /// Set a memoized congestion state (values as GetCongestionState; alpha < 0 leaves it). On
+    /// DCQCN, below line rate, it arms the rate-increase timer as a cut would.
     void SetCongestionState(double rate, double target, double alpha);
     uint64_t GetUntransmittedOf(uint32_t flow) const; //!< bytes of `flow` not yet sent once
     double GetRateBps() const;

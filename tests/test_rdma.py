@@ -192,6 +192,24 @@ def test_dcqcn_cuts_rate_on_cnp_and_recovers(fabric):
     assert f.rate(long_conn) > 90 * GBPS
 
 
+def test_a_dcqcn_state_set_below_line_rate_climbs_back_as_after_a_cut(fabric):
+    """A memo hit sets a QP's state to one that cuts left. Below line rate it arms the
+    rate-increase timer, as a cut does; without it the QP stayed there for good (a 655 KB flow
+    alone at 2.5 Gbps, 1.8 ms late on moe-8x13b-128-dcqcn warm)."""
+    f = fabric("incast2", {"RP_TIMER": 5, "RATE_AI": "5Gb/s", "RATE_HAI": "20Gb/s"})
+    _, conn = f.start(1, 0, 20_000_000)
+    f.run_until(10_000)
+    qp = f.fm.GetSender(conn)
+    assert qp.GetRateStepNs(0) == -1             # alone at line rate: nothing to step
+    qp.SetCongestionState(10 * GBPS, 100 * GBPS, 0.5)
+    now = f.h.ns.Simulator.Now().GetNanoSeconds()
+    assert qp.GetRateStepNs(0) == now + 5_000    # a full RP_TIMER
+    f.run_until(now + 4_000)
+    assert f.rate(conn) == 10 * GBPS
+    f.run_until(now + 100_000)
+    assert f.rate(conn) > 90 * GBPS
+
+
 def test_hpcc_holds_the_bottleneck_at_its_target_and_a_lone_flow_at_line_rate(fabric):
     f = fabric("incast2", {}, cc="hpcc")
     a, _, samples, _ = f.incast()
