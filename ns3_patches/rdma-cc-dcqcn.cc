@@ -27,6 +27,7 @@ class DcqcnCc : public RdmaCc
     {
         // In the sender's node context (so in its partition's tags): the control plane calls this
         // between events, and ScheduleWithContext gives no EventId to keep in increaseTimer.
+        qp->rateStepNs = (Simulator::Now() + delay).GetNanoSeconds();
         Simulator::ScheduleWithContext(qp->src, delay, &DcqcnCc::MovedRateIncrease, this, qp, ++qp->rateStepGen);
     }
 
@@ -38,7 +39,6 @@ class DcqcnCc : public RdmaCc
         int64_t now = Simulator::Now().GetNanoSeconds();
         if (qp->rate < qp->maxRate && !qp->increaseTimer.IsPending() && qp->rateStepNs < now)
         {
-            qp->rateStepNs = now + cfg.rpTimerNs;
             MoveRateIncrease(qp, NanoSeconds(cfg.rpTimerNs));
         }
     }

@@ -405,7 +405,7 @@ class RdmaCc
     virtual void OnStateSet(RdmaQp* qp) {}
 
     /// RdmaQp::KeepRateStep: `qp`'s rate-increase timer, cancelled, runs after `delay` instead
-    /// (qp->rateStepNs), unless a cut restarts it first.
+    /// (sets qp->rateStepNs), unless a cut restarts it first.
     virtual void MoveRateIncrease(RdmaQp* qp, Time delay) {}
 
     /// RdmaQp::GetCongestionState's three values (the rate, the reference rate, the third value).

@@ -119,8 +119,7 @@ RdmaQp::KeepRateStep(int64_t shiftNs)
     {
         return;
     }
-    rateStepNs = std::max(now, at);
-    fabric->cc->MoveRateIncrease(this, NanoSeconds(rateStepNs - now));
+    fabric->cc->MoveRateIncrease(this, NanoSeconds(std::max(now, at) - now));
 }
 
 double

@@ -491,9 +491,8 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
         if st.forming is not None:
             self._record(st, rates, now)
         horizon = min(int((self._untransmitted(flow) - spec.margin) / rate) for flow, rate in rates.items())
-        steps = self._rate_steps(flows)
-        horizon = min(horizon, min(steps.values(), default=NEVER) - now)
-        if horizon >= spec.min_freeze:
+        steps = self._rate_steps(flows)       # _freeze ends it by the earliest
+        if min(horizon, min(steps.values(), default=NEVER) - now) >= spec.min_freeze:
             self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=now + horizon, rates=rates,
                                           rate_steps=steps), now)
 
@@ -542,7 +541,8 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
                                          - frozen.in_flight[conn] + frozen.queued.get(conn, 0))
                 self._plan_end(frozen, flow)
         if not frozen.episode and not frozen.at_shares:
-            frozen.rate_steps = frozen.rate_steps or self._rate_steps(sorted(frozen.rates))
+            if frozen.rate_steps is None:
+                frozen.rate_steps = self._rate_steps(sorted(frozen.rates))
             step = min(frozen.rate_steps.values(), default=NEVER)
             self.stats.rate_steps += step < frozen.until_ns
             frozen.until_ns = min(frozen.until_ns, step)
@@ -561,7 +561,7 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
         if self.net.rdma:
             for conn in sorted({self.conn_of[flow] for flow in frozen.rates}):
                 self._sender(conn).ShiftTimes(now - frozen.held.get(conn, frozen.since_ns))
-            for conn in sorted(frozen.rate_steps):
+            for conn in sorted(frozen.rate_steps or ()):
                 self._sender(conn).KeepRateStep(shift)
         for flow in frozen.expected:
             del self.expected_in[flow]

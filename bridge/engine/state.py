@@ -127,8 +127,9 @@ class Frozen:
     held: dict[int, int] = field(default_factory=dict)      # connection -> when its flow started
     # RDMA: connections whose QP's rate steps up on its own while frozen (DCQCN's rate-increase
     # timer, no cut lately; _rate_steps) -> when. The freeze ends by the earliest, and at the thaw
-    # each step keeps its time instead of moving with the frozen time.
-    rate_steps: dict[int, int] = field(default_factory=dict)
+    # each step keeps its time instead of moving with the frozen time. None: not looked up yet
+    # (_freeze does; it leaves episodes and freezes at fair shares without).
+    rate_steps: dict[int, int] | None = None
 
     @property
     def episode(self) -> bool:
