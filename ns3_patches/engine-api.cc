@@ -265,6 +265,12 @@ extern "C"
         qp->ShiftTimes(shiftNs);
     }
 
+    double
+    wh_rdma_sender_rate_bps(const RdmaQp* qp)
+    {
+        return qp->GetRateBps();
+    }
+
     int64_t
     wh_rdma_sender_rate_step_ns(const RdmaQp* qp, int64_t quietNs)
     {

@@ -60,8 +60,7 @@ class FairStarts:
 
     def _qp_rate_bps(self, conn: int) -> float:
         """The rate (bps of frames) the connection's QP paces at now."""
-        self._sender(conn).GetCongestionState(self._cc_buf, len(self._cc_buf))
-        return float(self._cc_buf[0])
+        return self._sender(conn).GetRateBps()
 
     def _paces_at_line_rate(self, conn: int) -> bool:
         """Whether the connection's QP sends at its line rate (DCQCN never cut it)."""

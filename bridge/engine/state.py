@@ -99,6 +99,9 @@ class Frozen:
     # of a flow crossing it one round trip later.
     boosts: dict[int, dict[int, tuple[float, int | None]]] = field(default_factory=dict)  # connection -> flow -> (gain, port)
     changes: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # flow -> [(ns, rate added)], in time order
+    # flow -> the sum of its changes, kept until the next one: rate_at's with every change made
+    # (a fair join asks it of each flow frozen beside it; summed each time, 6 % of moe-bench-dcqcn's loop).
+    added: dict[int, float] = field(default_factory=dict, repr=False)
     # A steady record's transient bytes count each flow's bytes on the wire (a hit restarts it with
     # an empty pipe), from its bytes sent when the partition formed: its deliveries lag the model's
     # by those, less the bytes it had in flight at the hit (lead them where it had more), and so
@@ -197,6 +200,11 @@ class Frozen:
         changes = self.changes.get(flow)
         if not changes:
             return self.rates[flow]
+        if at_ns >= changes[-1][0]:
+            total = self.added.get(flow)
+            if total is None:
+                total = self.added[flow] = sum(added for _, added in changes)
+            return self.rates[flow] + total
         return self.rates[flow] + sum(added for t, added in changes if t <= at_ns)
 
     def steady_at(self, flow: int, now: int) -> bool:
@@ -211,6 +219,7 @@ class Frozen:
         changes = self.changes.setdefault(flow, [])
         changes.append((max(at_ns, self.steady_since(flow)), added))
         changes.sort()
+        self.added.pop(flow, None)
         self.version += 1
 
     def start(self, flow: int, rate: float, at_ns: int, wire: float) -> None:
@@ -226,6 +235,7 @@ class Frozen:
         self.joined[successor] = at_ns
         self.rates[successor] = self.rate_at(flow, at_ns)
         self.changes[successor] = [(t, added) for t, added in self.changes.get(flow, ()) if t > at_ns]
+        self.added.pop(successor, None)
         self.version += 1
 
     def complete(self, flow: int) -> None:

@@ -78,6 +78,7 @@ for _made in ("tcp_flow_manager", "rdma_flow_manager"):
     _SIGNATURES.update({f"wh_{_made}_new": (_P, [_P, c_uint32]), f"wh_{_made}_delete": (None, [_P])})
 _SIGNATURES["wh_rdma_resume"] = (None, [_P, c_uint32])
 _SIGNATURES["wh_rdma_sender_shift_times"] = (None, [_P, c_int64])
+_SIGNATURES["wh_rdma_sender_rate_bps"] = (c_double, [_P])
 _SIGNATURES["wh_rdma_sender_rate_step_ns"] = (c_int64, [_P, c_int64])
 _SIGNATURES["wh_rdma_sender_keep_rate_step"] = (None, [_P, c_int64])
 _SIGNATURES["wh_rdma_sender_retransmitted_bytes"] = (c_uint64, [_P])
@@ -169,6 +170,7 @@ class Sender:
         self._get_state = method("get_congestion_state")
         if kind == "rdma":
             self.ShiftTimes = method("shift_times")
+            self.GetRateBps = method("rate_bps")   # (GetCongestionState's first value, in one call)
             self.GetRateStepNs = method("rate_step_ns")
             self.KeepRateStep = method("keep_rate_step")
             self.GetRetransmittedBytes = method("retransmitted_bytes")
