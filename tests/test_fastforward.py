@@ -375,6 +375,22 @@ def test_a_dcqcn_qp_left_alone_below_line_rate_steps_up_at_its_stock_time(tmp_pa
     assert accel.summary["events"] < stock.summary["events"]
 
 
+def test_a_queue_filling_towards_kmin_is_not_frozen_and_dcqcn_cuts_at_its_stock_time(tmp_path):
+    # moe-8x13b-128-dcqcn's first expert all-to-alls (4 EP groups, 48 flows of 640 KiB each, all
+    # at line rate): in one group a receiver's switch port fills by 1.7 KB per us while every
+    # delivered rate is steady. Frozen at 290 KB, the queue reached KMIN (400 KB) and DCQCN's cuts
+    # came 126 us late: the flows left after the others' ends went on at 13.6 Gbps where stock's
+    # took 25, up to 8.2 % late. Such a partition is now simulated until the queue stops growing.
+    scen = SCENARIOS / "moe-8x13b-128-dcqcn.yaml"
+    stock = api.run(scen, tmp_path / "stock", stop_time_ns=850_000)
+    accel = api.run(scen, tmp_path / "accel", accel=True, memo=False, stop_time_ns=850_000)
+    done = stock.flows[stock.flows.end_ns >= 0]
+    assert len(done) == 192 and (accel.flows.end_ns >= 0).sum() == 192
+    assert (done.fct_ns > 4 * 640 * 1024 / 12.5).all()       # stock: each NIC shares its line rate
+    assert fct_errors(done, accel.flows).max() < 0.02
+    assert accel.summary["accel"]["freezes"] >= 3 and accel.summary["events"] < 0.5 * stock.summary["events"]
+
+
 def test_hpcc_qps_meeting_on_a_switch_port_freeze_at_its_shares_below_u_target_with_link_shares(tmp_path):
     # h1 and h2 send 4 MB each to h0 on HPCC: the switch port to h0 binds. With fair_shares
     # "links" the incast is frozen as it forms at half of what HPCC holds that port at (U_TARGET

@@ -143,6 +143,7 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
         # (_queued_on_switches): fewer than it marks ECN above (KMIN), drained in QUEUE_DRAIN_NS.
         self._kmin = np.array([net.ecn_kmin_bytes.get(round(rate * 8e9), 0) for rate in ports.rates], dtype=float)
         self._queue_bound = np.minimum(self._kmin, np.array(ports.rates, dtype=float) * QUEUE_DRAIN_NS)
+        self._marking = ~self.host_port & (self._kmin > 0)   # switch ports that mark ECN (RDMA)
         self.episode_of: dict[int, Episode] = {}         # flow -> the episode watched that holds it
         self.pending_ends: dict[int, int] = {}           # flow -> its recorded end, after an episode thawed
         # Flows an episode (watched, or frozen on a hit) expects to start on its ports -> that
@@ -488,13 +489,35 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
             if scale is None:
                 return
             rates[flow] = self._steady_rate(flow, n, scale, st.since_ns)
+        horizon = min(int((self._untransmitted(flow) - spec.margin) / rate) for flow, rate in rates.items())
+        if self._marks_in_ns(part, n, max(scales)) < horizon:
+            return        # a queue is on its way to marking: DCQCN will cut, and a freeze (or a record) would hold that off
         if st.forming is not None:
             self._record(st, rates, now)
-        horizon = min(int((self._untransmitted(flow) - spec.margin) / rate) for flow, rate in rates.items())
         steps = self._rate_steps(flows)       # _freeze ends it by the earliest
         if min(horizon, min(steps.values(), default=NEVER) - now) >= spec.min_freeze:
             self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=now + horizon, rates=rates,
                                           rate_steps=steps), now)
+
+    def _marks_in_ns(self, part: Partition, n: int, scale: int) -> int:
+        """How long until a switch port of the partition whose queue grew at every block of the
+        window reaches KMIN at that pace (0 if it is there, NEVER if no queue grows). Delivered rates are steady
+        while such a queue fills (the port drains at its rate, the senders send above it), and a
+        freeze holds the queue where it is: the marks, and DCQCN's cuts, come as much later as the
+        partition was frozen (moe-8x13b-128-dcqcn's first all-to-all: 6 QPs into each receiver at
+        line rate, frozen at 290 KB of queue for 126 us; in stock 2 of them were cut at 400 KB
+        before their ends, and the flows left after the others' ends took 25 Gbps, not 13.6)."""
+        ports = [p for p in part.ports if self._marking[p]]
+        if not ports:
+            return NEVER
+        first = n - 1 - self.spec.window * scale
+        rows = self.queues[first:n:scale, ports].astype(np.int64)
+        last, kmin = rows[-1], self._kmin[ports]
+        rising = (np.diff(rows, axis=0) > 0).all(axis=0)
+        if not rising.any():
+            return NEVER
+        pace = (last - rows[0])[rising] / (int(self.times[n - 1]) - int(self.times[first]))
+        return max(0, int(((kmin[rising] - last[rising]) / pace).min()))
 
     def _rate_steps(self, flows: list[int]) -> dict[int, int]:
         """Connections of `flows` whose QP's rate steps up on its own within the freeze -> when:
