@@ -491,7 +491,7 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
             rates[flow] = self._steady_rate(flow, n, scale, st.since_ns)
         horizon = min(int((self._untransmitted(flow) - spec.margin) / rate) for flow, rate in rates.items())
         if self._marks_in_ns(part, n, max(scales)) < horizon:
-            return        # a queue is on its way to marking: DCQCN will cut, and a freeze (or a record) would hold that off
+            return        # a queue on its way to marking: DCQCN will cut, and a freeze or record would hold that off
         if st.forming is not None:
             self._record(st, rates, now)
         steps = self._rate_steps(flows)       # _freeze ends it by the earliest
@@ -501,12 +501,13 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
 
     def _marks_in_ns(self, part: Partition, n: int, scale: int) -> int:
         """How long until a switch port of the partition whose queue grew at every block of the
-        window reaches KMIN at that pace (0 if it is there, NEVER if no queue grows). Delivered rates are steady
-        while such a queue fills (the port drains at its rate, the senders send above it), and a
-        freeze holds the queue where it is: the marks, and DCQCN's cuts, come as much later as the
-        partition was frozen (moe-8x13b-128-dcqcn's first all-to-all: 6 QPs into each receiver at
-        line rate, frozen at 290 KB of queue for 126 us; in stock 2 of them were cut at 400 KB
-        before their ends, and the flows left after the others' ends took 25 Gbps, not 13.6)."""
+        window reaches KMIN at that pace (0 if it is there, NEVER if no queue grows). Delivered
+        rates are steady while such a queue fills (the port drains at its rate, the senders send
+        above it), and a freeze holds the queue where it is: the marks, and DCQCN's cuts, come as
+        much later as the partition was frozen (moe-8x13b-128-dcqcn's first all-to-all: 6 QPs into
+        each receiver at line rate, frozen at 290 KB of queue for 126 us; in stock 2 of them were
+        cut at 400 KB before their ends, and the flows left after the others' ends took 25 Gbps,
+        not 13.6)."""
         ports = [p for p in part.ports if self._marking[p]]
         if not ports:
             return NEVER
