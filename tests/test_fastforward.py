@@ -388,7 +388,7 @@ def test_a_queue_filling_towards_kmin_is_not_frozen_and_dcqcn_cuts_at_its_stock_
     assert len(done) == 192 and (accel.flows.end_ns >= 0).sum() == 192
     assert (done.fct_ns > 4 * 640 * 1024 / 12.5).all()       # stock: each NIC shares its line rate
     assert fct_errors(done, accel.flows).max() < 0.02
-    assert accel.summary["accel"]["freezes"] >= 3 and accel.summary["events"] < 0.5 * stock.summary["events"]
+    assert accel.summary["accel"]["freezes"] >= 1 and accel.summary["events"] < 0.5 * stock.summary["events"]
 
 
 def test_hpcc_qps_meeting_on_a_switch_port_freeze_at_its_shares_below_u_target_with_link_shares(tmp_path):
