@@ -496,11 +496,8 @@ class FastForward(ComputedEnds, FairStarts, MemoizedTransients):
             self._record(st, rates, now)
         steps = self._rate_steps(flows)       # _freeze ends it by the earliest
         if min(horizon, min(steps.values(), default=NEVER) - now) >= spec.min_freeze:
-            # RDMA: a flow's count moves in steps of an ACK's bytes, the model's runs on from the
-            # count at the freeze: half a step behind its deliveries on average (Frozen.wire).
-            lead = {f: -self.net.acked_per_ack / 2 for f in flows} if self.net.rdma else {}
             self._freeze(part, st, Frozen(group=-1, since_ns=now, until_ns=now + horizon, rates=rates,
-                                          rate_steps=steps, wire=lead), now)
+                                          rate_steps=steps), now)
 
     def _marks_in_ns(self, part: Partition, n: int, scale: int) -> int:
         """How long until a switch port of the partition whose queue grew at every block of the
